@@ -1,0 +1,172 @@
+// Package config reads service settings from the environment.
+//
+// Every setting has a default in code. A key is looked up first with the
+// service's prefix (AUTH_ADDR) and then without it (ADDR is never used for
+// addresses, but MONGO_URL is shared by all services), so values common to
+// every service are set once and a single service can still override them.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Getenv is the signature of os.Getenv; run functions receive it so tests can
+// pass their own environment.
+type Getenv func(string) string
+
+// Reader looks keys up with a prefix and collects parse errors.
+type Reader struct {
+	prefix string
+	getenv Getenv
+	errs   []string
+	seen   []entry
+}
+
+type entry struct {
+	key, value string
+	secret     bool
+}
+
+// New returns a Reader for the service prefix (for example "AUTH").
+func New(prefix string, getenv Getenv) *Reader {
+	return &Reader{prefix: strings.ToUpper(prefix), getenv: getenv}
+}
+
+func (r *Reader) lookup(key string, shared bool) (string, string) {
+	if r.prefix != "" {
+		k := r.prefix + "_" + key
+		if v := r.getenv(k); v != "" {
+			return k, v
+		}
+	}
+	if shared {
+		if v := r.getenv(key); v != "" {
+			return key, v
+		}
+	}
+	return "", ""
+}
+
+// String returns PREFIX_KEY, else KEY, else def.
+func (r *Reader) String(key, def string) string {
+	return r.str(key, def, true, false)
+}
+
+// Own returns PREFIX_KEY or def; the unprefixed KEY is not consulted. Use it
+// for settings that must differ between services, such as listen addresses.
+func (r *Reader) Own(key, def string) string {
+	return r.str(key, def, false, false)
+}
+
+// Secret is String for values that must never be printed.
+func (r *Reader) Secret(key, def string) string {
+	return r.str(key, def, true, true)
+}
+
+func (r *Reader) str(key, def string, shared, secret bool) string {
+	k, v := r.lookup(key, shared)
+	if k == "" {
+		v = def
+		k = r.prefix + "_" + key
+	}
+	r.seen = append(r.seen, entry{k, v, secret})
+	return v
+}
+
+// Int parses an integer setting.
+func (r *Reader) Int(key string, def int) int {
+	v := r.String(key, strconv.Itoa(def))
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		r.errs = append(r.errs, fmt.Sprintf("%s: %q is not an integer", key, v))
+		return def
+	}
+	return n
+}
+
+// Int64 parses a 64-bit integer setting; it accepts size suffixes KiB, MiB, GiB.
+func (r *Reader) Int64(key string, def int64) int64 {
+	v := r.String(key, strconv.FormatInt(def, 10))
+	n, err := ParseSize(v)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Sprintf("%s: %v", key, err))
+		return def
+	}
+	return n
+}
+
+// Duration parses a Go duration ("15m", "720h").
+func (r *Reader) Duration(key string, def time.Duration) time.Duration {
+	v := r.String(key, def.String())
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		r.errs = append(r.errs, fmt.Sprintf("%s: %q is not a duration", key, v))
+		return def
+	}
+	return d
+}
+
+// Bool parses true/false/1/0.
+func (r *Reader) Bool(key string, def bool) bool {
+	v := r.String(key, strconv.FormatBool(def))
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		r.errs = append(r.errs, fmt.Sprintf("%s: %q is not a boolean", key, v))
+		return def
+	}
+	return b
+}
+
+// List splits a comma-separated setting, dropping empty items.
+func (r *Reader) List(key, def string) []string {
+	var out []string
+	for _, s := range strings.Split(r.String(key, def), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Err reports every malformed setting at once.
+func (r *Reader) Err() error {
+	if len(r.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("configuration: %s", strings.Join(r.errs, "; "))
+}
+
+// Log writes the effective configuration, secrets masked.
+func (r *Reader) Log(l *slog.Logger) {
+	attrs := make([]any, 0, len(r.seen))
+	for _, e := range r.seen {
+		v := e.value
+		if e.secret && v != "" {
+			v = "***"
+		}
+		attrs = append(attrs, slog.String(e.key, v))
+	}
+	l.Info("configuration", attrs...)
+}
+
+// ParseSize parses "1048576", "512KiB", "64MiB", "1GiB".
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if strings.HasSuffix(s, suffix) {
+			mult = m
+			s = strings.TrimSuffix(s, suffix)
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	return n * mult, nil
+}

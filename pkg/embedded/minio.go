@@ -1,0 +1,169 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// MinIOModule and MinIOVersion pin the MinIO server build (MinIO ships as
+// source only; the same version is used by tests, `make run` and compose).
+const (
+	MinIOModule  = "github.com/minio/minio"
+	MinIOVersion = "v0.0.0-20260212201848-7aac2a2c5b7c"
+)
+
+// CacheDir is where built tools are kept: $ACME_CACHE_DIR, else the user
+// cache directory.
+func CacheDir() string {
+	if d := os.Getenv("ACME_CACHE_DIR"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "acme-platform")
+	}
+	return filepath.Join(os.TempDir(), "acme-platform-cache")
+}
+
+// MinIOBinary returns the path of the pinned MinIO server, building it once
+// (a few minutes) into the cache. $MINIO_BINARY overrides. Concurrent callers,
+// in this or other processes, wait for one build.
+func MinIOBinary(ctx context.Context, progress io.Writer) (string, error) {
+	if p := os.Getenv("MINIO_BINARY"); p != "" {
+		return p, nil
+	}
+	dir := filepath.Join(CacheDir(), "minio-"+MinIOVersion)
+	bin := filepath.Join(dir, "minio")
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "building MinIO %s once into %s (takes a few minutes the first time)...\n", MinIOVersion, dir)
+	}
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", MinIOModule+"@"+MinIOVersion)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building minio: %w\n%s", err, out)
+	}
+	if err := os.Rename(filepath.Join(tmp, "minio"), bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// MinIO is a running MinIO server process.
+type MinIO struct {
+	Endpoint  string // host:port
+	AccessKey string
+	SecretKey string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+}
+
+// MinIOOptions configure StartMinIO.
+type MinIOOptions struct {
+	Dir       string // data directory
+	Addr      string // host:port; empty picks a free loopback port
+	AccessKey string
+	SecretKey string
+	Log       io.Writer // server output; nil discards
+}
+
+// StartMinIO starts the server and waits until it is ready.
+func StartMinIO(ctx context.Context, o MinIOOptions) (*MinIO, error) {
+	bin, err := MinIOBinary(ctx, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	if o.Addr == "" {
+		if o.Addr, err = FreeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "server", "--quiet", "--address", o.Addr, o.Dir)
+	cmd.Env = append(os.Environ(),
+		"MINIO_ROOT_USER="+o.AccessKey,
+		"MINIO_ROOT_PASSWORD="+o.SecretKey,
+		"MINIO_BROWSER=off",
+		"MINIO_UPDATE=off",
+	)
+	if o.Log != nil {
+		cmd.Stdout, cmd.Stderr = o.Log, o.Log
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("minio: %w", err)
+	}
+	m := &MinIO{Endpoint: o.Addr, AccessKey: o.AccessKey, SecretKey: o.SecretKey, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(m.exited) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-m.exited:
+			return nil, errors.New("minio exited during start-up (port taken or data dir unusable?)")
+		default:
+		}
+		resp, err := http.Get("http://" + o.Addr + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return m, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			m.Stop()
+			return nil, fmt.Errorf("minio: not ready after 60s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop terminates the server (SIGTERM, then SIGKILL after 10 s).
+func (m *MinIO) Stop() {
+	if m.cmd.Process == nil {
+		return
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(10 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.exited
+	}
+}
+
+// Pause stops the process with SIGSTOP (fault tests); Resume continues it.
+func (m *MinIO) Pause() error  { return m.cmd.Process.Signal(syscall.SIGSTOP) }
+func (m *MinIO) Resume() error { return m.cmd.Process.Signal(syscall.SIGCONT) }

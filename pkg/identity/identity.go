@@ -1,0 +1,193 @@
+// Package identity is the contract between the gateway and the services: a
+// short-lived token, signed by the gateway with an Ed25519 private key and
+// verified by each service with the public key, that says who is calling.
+//
+// Services hold only the public key, so neither a compromised service nor a
+// leaked service key file can mint identities. Every request the gateway
+// forwards carries a token, also for anonymous callers (Subject empty), so a
+// service can refuse anything that did not come through a gateway.
+package identity
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Header carries the token from the gateway to a service. The gateway removes
+// any header of this name that a client sent.
+const Header = "X-Acme-Identity"
+
+// Issuer is the iss claim of every token.
+const Issuer = "acme-gateway"
+
+// Roles.
+const (
+	RoleUser  = "user"
+	RoleAdmin = "admin"
+)
+
+// Claims are what a service learns about the caller.
+type Claims struct {
+	Role      string `json:"role,omitempty"`
+	SessionID string `json:"sid,omitempty"` // public id of the session, never the secret
+	ClientIP  string `json:"ip,omitempty"`
+	RequestID string `json:"rid,omitempty"`
+	jwt.RegisteredClaims
+}
+
+// UserID is the subject: the user's id, empty for anonymous callers.
+func (c *Claims) UserID() string { return c.Subject }
+
+// Authenticated reports whether the caller has a session.
+func (c *Claims) Authenticated() bool { return c.Subject != "" }
+
+// IsAdmin reports whether the caller is an administrator.
+func (c *Claims) IsAdmin() bool { return c.Subject != "" && c.Role == RoleAdmin }
+
+// Signer mints tokens; only the gateway has one.
+type Signer struct {
+	key ed25519.PrivateKey
+	ttl time.Duration
+	now func() time.Time
+}
+
+// NewSigner returns a Signer whose tokens live for ttl (seconds, not minutes).
+func NewSigner(key ed25519.PrivateKey, ttl time.Duration) *Signer {
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	return &Signer{key: key, ttl: ttl, now: time.Now}
+}
+
+// Sign returns a token for the given audience (the target service name).
+func (s *Signer) Sign(c Claims, audience string) (string, error) {
+	now := s.now()
+	c.Issuer = Issuer
+	c.Audience = jwt.ClaimStrings{audience}
+	c.IssuedAt = jwt.NewNumericDate(now)
+	c.ExpiresAt = jwt.NewNumericDate(now.Add(s.ttl))
+	return jwt.NewWithClaims(jwt.SigningMethodEdDSA, &c).SignedString(s.key)
+}
+
+// Verifier checks tokens for one audience.
+type Verifier struct {
+	key    ed25519.PublicKey
+	parser *jwt.Parser
+}
+
+// ErrInvalid is returned for any token that must not be trusted.
+var ErrInvalid = errors.New("invalid identity token")
+
+// NewVerifier returns a Verifier accepting only tokens for audience.
+func NewVerifier(key ed25519.PublicKey, audience string) *Verifier {
+	return &Verifier{
+		key: key,
+		parser: jwt.NewParser(
+			jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
+			jwt.WithAudience(audience),
+			jwt.WithIssuer(Issuer),
+			jwt.WithExpirationRequired(),
+			jwt.WithIssuedAt(),
+			jwt.WithLeeway(2*time.Second),
+		),
+	}
+}
+
+// Verify parses and checks a token.
+func (v *Verifier) Verify(token string) (*Claims, error) {
+	if token == "" || len(token) > 4096 {
+		return nil, ErrInvalid
+	}
+	var c Claims
+	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.key, nil })
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if c.Subject != "" && c.Role != RoleUser && c.Role != RoleAdmin {
+		return nil, fmt.Errorf("%w: unknown role", ErrInvalid)
+	}
+	return &c, nil
+}
+
+// GenerateKey makes a new Ed25519 key pair.
+func GenerateKey() (ed25519.PublicKey, ed25519.PrivateKey, error) {
+	return ed25519.GenerateKey(rand.Reader)
+}
+
+// EncodePrivateKey returns the key as PKCS#8 PEM.
+func EncodePrivateKey(k ed25519.PrivateKey) (string, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return "", err
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), nil
+}
+
+// EncodePublicKey returns the key as PKIX PEM.
+func EncodePublicKey(k ed25519.PublicKey) (string, error) {
+	der, err := x509.MarshalPKIXPublicKey(k)
+	if err != nil {
+		return "", err
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})), nil
+}
+
+// ParsePrivateKey accepts PKCS#8 PEM or a base64 (std or URL) 32-byte seed.
+func ParsePrivateKey(s string) (ed25519.PrivateKey, error) {
+	s = strings.TrimSpace(s)
+	if b, _ := pem.Decode([]byte(s)); b != nil {
+		k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("identity private key: %w", err)
+		}
+		ek, ok := k.(ed25519.PrivateKey)
+		if !ok {
+			return nil, errors.New("identity private key: not Ed25519")
+		}
+		return ek, nil
+	}
+	seed, err := decodeB64(s)
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, errors.New("identity private key: want PKCS#8 PEM or a base64 32-byte seed")
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
+}
+
+// ParsePublicKey accepts PKIX PEM or base64 of the 32 raw bytes.
+func ParsePublicKey(s string) (ed25519.PublicKey, error) {
+	s = strings.TrimSpace(s)
+	if b, _ := pem.Decode([]byte(s)); b != nil {
+		k, err := x509.ParsePKIXPublicKey(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("identity public key: %w", err)
+		}
+		ek, ok := k.(ed25519.PublicKey)
+		if !ok {
+			return nil, errors.New("identity public key: not Ed25519")
+		}
+		return ek, nil
+	}
+	raw, err := decodeB64(s)
+	if err != nil || len(raw) != ed25519.PublicKeySize {
+		return nil, errors.New("identity public key: want PKIX PEM or base64 of 32 bytes")
+	}
+	return ed25519.PublicKey(raw), nil
+}
+
+func decodeB64(s string) ([]byte, error) {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			return b, nil
+		}
+	}
+	return nil, errors.New("not base64")
+}

@@ -1,0 +1,7 @@
+module github.com/acme/platform/services/logs
+
+go 1.26.0
+
+require github.com/acme/platform/pkg v0.0.0
+
+replace github.com/acme/platform/pkg => ../../pkg
