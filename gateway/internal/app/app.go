@@ -1,0 +1,242 @@
+// Package app wires the gateway: configuration, the session resolver, the
+// revocation subscriber on NATS, health endpoints and the HTTP server.
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/acme/platform/gateway/internal/proxy"
+	"github.com/acme/platform/gateway/internal/sessions"
+	"github.com/acme/platform/pkg/config"
+	"github.com/acme/platform/pkg/identity"
+	"github.com/nats-io/nats.go"
+)
+
+// Config is the gateway's configuration.
+type Config struct {
+	Addr           string
+	AuthURLs       []string
+	FilesURLs      []string
+	LogsURLs       []string
+	PrivateKey     string
+	Credential     string
+	SessionTTL     time.Duration
+	TokenTTL       time.Duration
+	AllowedOrigins []string
+	NATSURL        string
+	SubjectPrefix  string
+	ShutdownGrace  time.Duration
+	ReadHeader     time.Duration
+	Idle           time.Duration
+	MaxHeaderBytes int
+}
+
+func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
+	r := config.New("GATEWAY", getenv)
+	c := Config{
+		Addr:           r.Own("ADDR", "127.0.0.1:8080"),
+		AuthURLs:       r.List("AUTH_URL", "http://127.0.0.1:8081"),
+		FilesURLs:      r.List("FILES_URL", "http://127.0.0.1:8082"),
+		LogsURLs:       r.List("LOGS_URL", "http://127.0.0.1:8083"),
+		PrivateKey:     r.Secret("IDENTITY_PRIVATE_KEY", ""),
+		Credential:     r.Secret("SERVICE_CREDENTIAL", ""),
+		SessionTTL:     r.Duration("SESSION_CACHE_TTL", 5*time.Second),
+		TokenTTL:       r.Duration("TOKEN_TTL", 30*time.Second),
+		AllowedOrigins: r.List("ALLOWED_ORIGINS", ""),
+		NATSURL:        r.String("NATS_URL", "nats://127.0.0.1:4222"),
+		SubjectPrefix:  r.String("NATS_SUBJECT_PREFIX", "acme"),
+		ShutdownGrace:  r.Duration("SHUTDOWN_GRACE", 20*time.Second),
+		ReadHeader:     r.Duration("READ_HEADER_TIMEOUT", 10*time.Second),
+		Idle:           r.Duration("IDLE_TIMEOUT", 120*time.Second),
+		MaxHeaderBytes: r.Int("MAX_HEADER_BYTES", 32<<10),
+	}
+	if err := r.Err(); err != nil {
+		return c, r, err
+	}
+	if c.PrivateKey == "" {
+		return c, r, errors.New("GATEWAY_IDENTITY_PRIVATE_KEY is required")
+	}
+	if c.Credential == "" {
+		return c, r, errors.New("GATEWAY_SERVICE_CREDENTIAL (or SERVICE_CREDENTIAL) is required")
+	}
+	return c, r, nil
+}
+
+// Run serves the gateway until ctx ends. ready, if set, receives the bound
+// address.
+func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
+	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "gateway")
+	cfg, reader, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	reader.Log(log)
+	key, err := identity.ParsePrivateKey(cfg.PrivateKey)
+	if err != nil {
+		return err
+	}
+
+	pools := map[string]*proxy.Pool{}
+	for name, urls := range map[string][]string{"auth": cfg.AuthURLs, "files": cfg.FilesURLs, "logs": cfg.LogsURLs} {
+		p, err := proxy.NewPool(urls)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		pools[name] = p
+	}
+	transport := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true, // pass Accept-Encoding and encoded bodies through untouched
+		WriteBufferSize:     64 << 10,
+		ReadBufferSize:      64 << 10,
+	}
+	resolver := sessions.NewResolver(pools["auth"], cfg.Credential, &http.Client{Transport: transport}, cfg.SessionTTL)
+
+	// Revocations from auth over NATS. The gateway keeps serving while NATS
+	// is away (the cache TTL bounds staleness) and reconnects by itself.
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("gateway"), nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	subject := cfg.SubjectPrefix + ".auth.revoked"
+	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		var rev sessions.Revocation
+		if err := json.Unmarshal(m.Data, &rev); err != nil {
+			log.Warn("bad revocation message", "err", err)
+			return
+		}
+		resolver.Apply(rev)
+	}); err != nil {
+		return fmt.Errorf("nats subscribe: %w", err)
+	}
+
+	handler := proxy.New(proxy.Config{
+		Pools: pools, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
+		AllowedOrigins: cfg.AllowedOrigins, Log: log, Transport: transport,
+	})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", readyz(pools, nc, transport))
+	mux.Handle("/", handler)
+
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: cfg.ReadHeader,
+		IdleTimeout:       cfg.Idle,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String())
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+
+	stopSweep := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				resolver.Sweep()
+			case <-stopSweep:
+				return
+			}
+		}
+	}()
+	defer close(stopSweep)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	log.Info("gateway stopped")
+	return err
+}
+
+// readyz answers 200 only when every replica of every service is ready and
+// NATS is connected.
+func readyz(pools map[string]*proxy.Pool, nc *nats.Conn, rt http.RoundTripper) http.HandlerFunc {
+	client := &http.Client{Transport: rt, Timeout: 2 * time.Second}
+	return func(w http.ResponseWriter, r *http.Request) {
+		checks := map[string]string{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		ok := true
+		for name, p := range pools {
+			if len(p.All()) == 0 {
+				mu.Lock()
+				checks[name] = "not deployed"
+				ok = false
+				mu.Unlock()
+			}
+			for i, u := range p.All() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					state := "ok"
+					resp, err := client.Get(u.String() + "/readyz")
+					if err != nil {
+						state = "unreachable"
+					} else {
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							state = "not ready"
+						}
+					}
+					mu.Lock()
+					checks[fmt.Sprintf("%s[%d]", name, i)] = state
+					if state != "ok" {
+						ok = false
+					}
+					mu.Unlock()
+				}()
+			}
+		}
+		wg.Wait()
+		if nc.IsConnected() {
+			checks["nats"] = "ok"
+		} else {
+			checks["nats"] = "disconnected"
+			ok = false
+		}
+		if !ok {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "code": "not_ready", "checks": checks})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": checks})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,369 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+const (
+	userCookie  = "uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu" // 43 chars
+	adminCookie = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	credential  = "test-credential"
+)
+
+// fakeAuth answers /ms/me for two known sessions and echoes what reached it.
+type fakeAuth struct {
+	calls   atomic.Int64
+	revoked sync.Map // session ids that now answer 401
+}
+
+func (f *fakeAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/ms/me" {
+		f.calls.Add(1)
+		if r.Header.Get("X-Service-Credential") != credential {
+			w.WriteHeader(401)
+			io.WriteString(w, `{"code":"invalid_service_credential"}`)
+			return
+		}
+		var b struct{ SessionID string }
+		_ = json.NewDecoder(r.Body).Decode(&b)
+		if _, gone := f.revoked.Load(b.SessionID); gone {
+			w.WriteHeader(401)
+			io.WriteString(w, `{"code":"invalid_session"}`)
+			return
+		}
+		switch b.SessionID {
+		case userCookie:
+			io.WriteString(w, `{"message":"ok","user":{"id":"u1","roleName":"user"},"session":{"id":"s1"}}`)
+		case adminCookie:
+			io.WriteString(w, `{"message":"ok","user":{"id":"a1","roleName":"admin"},"session":{"id":"s2"}}`)
+		default:
+			w.WriteHeader(401)
+			io.WriteString(w, `{"code":"invalid_session"}`)
+		}
+		return
+	}
+	echo(w, r)
+}
+
+// echo reports the identity header and body a service received.
+func echo(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"identity": r.Header.Get(identity.Header),
+		"xff":      r.Header.Get("X-Forwarded-For"),
+		"path":     r.URL.Path,
+		"bodyLen":  len(body),
+		"rid":      r.Header.Get("X-Request-Id"),
+	})
+}
+
+type gw struct {
+	url    string
+	auth   *fakeAuth
+	verify func(aud string) *identity.Verifier
+	env    testkit.Env
+}
+
+func startGateway(t *testing.T, extra map[string]string) *gw {
+	t.Helper()
+	s := testkit.Get(t)
+	id := testkit.NewIdentity(t)
+	fa := &fakeAuth{}
+	auth := httptest.NewServer(fa)
+	files := httptest.NewServer(http.HandlerFunc(echo))
+	logs := httptest.NewServer(http.HandlerFunc(echo))
+	t.Cleanup(func() { auth.Close(); files.Close(); logs.Close() })
+	env := testkit.Env{
+		"GATEWAY_ADDR":                 "127.0.0.1:0",
+		"GATEWAY_AUTH_URL":             auth.URL,
+		"GATEWAY_FILES_URL":            files.URL,
+		"GATEWAY_LOGS_URL":             logs.URL,
+		"GATEWAY_IDENTITY_PRIVATE_KEY": id.PrivatePEM,
+		"SERVICE_CREDENTIAL":           credential,
+		"GATEWAY_SESSION_CACHE_TTL":    "1m",
+		"NATS_URL":                     s.NATSURL,
+		"NATS_SUBJECT_PREFIX":          s.SubjectPrefix(t),
+		"GATEWAY_ALLOWED_ORIGINS":      "https://app.example.com",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, env.Getenv, io.Discard, func(a string) { addr <- a }) }()
+	var a string
+	select {
+	case a = <-addr:
+	case err := <-done:
+		t.Fatalf("gateway did not start: %v", err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+	pub, _ := identity.ParsePublicKey(id.PublicPEM)
+	return &gw{url: "http://" + a, auth: fa, env: env,
+		verify: func(aud string) *identity.Verifier { return identity.NewVerifier(pub, aud) }}
+}
+
+func do(t *testing.T, method, url, cookie, body string, hdr map[string]string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if cookie != "" {
+		req.AddCookie(&http.Cookie{Name: "sessionId", Value: cookie})
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s %s: non-JSON body %q", method, url, raw)
+	}
+	return resp.StatusCode, m
+}
+
+func TestProtectedRoutes(t *testing.T) {
+	g := startGateway(t, nil)
+	cases := []struct {
+		name, method, path, cookie string
+		want                       int
+		code                       string
+	}{
+		{"me401NoCookie", "GET", "/me", "", 401, "unauthenticated"},
+		{"me401Malformed", "GET", "/me", "short", 401, "invalid_session"},
+		{"me401Unknown", "GET", "/me", strings.Repeat("z", 43), 401, "invalid_session"},
+		{"upload401", "POST", "/upload/file", "", 401, "unauthenticated"},
+		{"log403User", "GET", "/log/log/1", userCookie, 403, "forbidden"},
+		{"users403User", "GET", "/users", userCookie, 403, "forbidden"},
+		{"route404", "GET", "/nope", "", 404, "not_found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, body := do(t, c.method, g.url+c.path, c.cookie, "", nil)
+			if status != c.want || body["code"] != c.code {
+				t.Fatalf("got %d %v, want %d %s", status, body, c.want, c.code)
+			}
+		})
+	}
+}
+
+func TestForwardsSignedIdentityAndStripsForgedOne(t *testing.T) {
+	g := startGateway(t, nil)
+	forged := "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhZG1pbiIsInJvbGUiOiJhZG1pbiJ9."
+	status, body := do(t, "GET", g.url+"/log/log/1", adminCookie, "", map[string]string{
+		identity.Header: forged, "X-Forwarded-For": "6.6.6.6",
+	})
+	if status != 200 {
+		t.Fatalf("status %d %v", status, body)
+	}
+	tok, _ := body["identity"].(string)
+	if tok == forged {
+		t.Fatal("client's identity header reached the service")
+	}
+	c, err := g.verify("logs").Verify(tok)
+	if err != nil {
+		t.Fatalf("service could not verify the gateway token: %v", err)
+	}
+	if c.UserID() != "a1" || c.Role != "admin" || c.SessionID != "s2" || c.ClientIP != "127.0.0.1" {
+		t.Fatalf("claims %+v", c)
+	}
+	if body["xff"] != "127.0.0.1" {
+		t.Fatalf("client-sent X-Forwarded-For kept: %v", body["xff"])
+	}
+	if _, err := g.verify("files").Verify(tok); err == nil {
+		t.Fatal("token for logs verifies for files")
+	}
+
+	// A forged identity with no session is still anonymous: 401 at the gateway.
+	status, body = do(t, "GET", g.url+"/log/log/1", "", "", map[string]string{identity.Header: forged})
+	if status != 401 {
+		t.Fatalf("forged header without session: %d %v", status, body)
+	}
+	// Public routes get an anonymous token.
+	status, body = do(t, "POST", g.url+"/signin", "", `{"email":"a@b.c","password":"x"}`, nil)
+	if status != 200 {
+		t.Fatalf("signin forward: %d", status)
+	}
+	c, err = g.verify("auth").Verify(body["identity"].(string))
+	if err != nil || c.Authenticated() {
+		t.Fatalf("anonymous token: %+v %v", c, err)
+	}
+}
+
+func TestSessionCacheAndRevocationOverNATS(t *testing.T) {
+	g := startGateway(t, nil)
+	for i := 0; i < 3; i++ {
+		if status, _ := do(t, "GET", g.url+"/files", userCookie, "", nil); status != 200 {
+			t.Fatalf("status %d", status)
+		}
+	}
+	if n := g.auth.calls.Load(); n != 1 {
+		t.Fatalf("auth asked %d times, want 1 (cache)", n)
+	}
+	// auth ends the session and announces it; the cached entry must go at once.
+	g.auth.revoked.Store(userCookie, true)
+	s := testkit.Get(t)
+	hash := sha256hex(userCookie)
+	msg, _ := json.Marshal(map[string]any{"sessions": []string{hash}})
+	if err := s.NATS.Publish(g.env["NATS_SUBJECT_PREFIX"]+".auth.revoked", msg); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		status, _ := do(t, "GET", g.url+"/files", userCookie, "", nil)
+		if status == 401 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revoked session still accepted: %d", status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Revoking by user id works too.
+	if status, _ := do(t, "GET", g.url+"/log/log/1", adminCookie, "", nil); status != 200 {
+		t.Fatal("admin")
+	}
+	g.auth.revoked.Store(adminCookie, true)
+	msg, _ = json.Marshal(map[string]any{"users": []string{"a1"}})
+	_ = s.NATS.Publish(g.env["NATS_SUBJECT_PREFIX"]+".auth.revoked", msg)
+	deadline = time.Now().Add(2 * time.Second)
+	for {
+		if status, _ := do(t, "GET", g.url+"/log/log/1", adminCookie, "", nil); status == 401 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("user revocation ignored")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSignoutEvictsLocally(t *testing.T) {
+	g := startGateway(t, nil)
+	if status, _ := do(t, "GET", g.url+"/me", userCookie, "", nil); status != 200 {
+		t.Fatal("me")
+	}
+	g.auth.revoked.Store(userCookie, true)
+	if status, _ := do(t, "DELETE", g.url+"/signout", userCookie, "", nil); status != 200 {
+		t.Fatal("signout")
+	}
+	if status, body := do(t, "GET", g.url+"/me", userCookie, "", nil); status != 401 {
+		t.Fatalf("after signout: %d %v", status, body)
+	}
+}
+
+func TestMeSessionInBody(t *testing.T) {
+	g := startGateway(t, nil)
+	status, body := do(t, "GET", g.url+"/me", "", `{"sessionId":"`+userCookie+`"}`, nil)
+	if status != 200 {
+		t.Fatalf("body session: %d %v", status, body)
+	}
+	if c, err := g.verify("auth").Verify(body["identity"].(string)); err != nil || c.UserID() != "u1" {
+		t.Fatalf("claims %+v %v", c, err)
+	}
+	status, body = do(t, "GET", g.url+"/me", userCookie, `{"sessionId":"`+userCookie+`"}`, nil)
+	if status != 400 || body["code"] != "ambiguous_session" {
+		t.Fatalf("cookie and body: %d %v", status, body)
+	}
+	status, body = do(t, "GET", g.url+"/me", "", `{"sessionId":`, nil)
+	if status != 400 || body["code"] != "invalid_json" {
+		t.Fatalf("malformed: %d %v", status, body)
+	}
+	status, body = do(t, "GET", g.url+"/me", "", `{"sessionId":"`+userCookie+`","x":1}`, nil)
+	if status != 400 {
+		t.Fatalf("unknown field: %d %v", status, body)
+	}
+}
+
+func TestOriginPolicy(t *testing.T) {
+	g := startGateway(t, nil)
+	status, body := do(t, "POST", g.url+"/signin", "", `{}`, map[string]string{"Origin": "https://evil.example"})
+	if status != 403 || body["code"] != "forbidden_origin" {
+		t.Fatalf("foreign origin: %d %v", status, body)
+	}
+	req, _ := http.NewRequest("POST", g.url+"/signin", strings.NewReader(`{}`))
+	req.Header.Set("Origin", "https://app.example.com")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
+		resp.Header.Get("Access-Control-Allow-Credentials") != "true" {
+		t.Fatalf("allowed origin: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+func TestAuthDownIs503Not401(t *testing.T) {
+	g := startGateway(t, map[string]string{"GATEWAY_AUTH_URL": "http://127.0.0.1:1"})
+	status, body := do(t, "GET", g.url+"/me", userCookie, "", nil)
+	if status != 503 || body["code"] != "auth_unavailable" {
+		t.Fatalf("got %d %v", status, body)
+	}
+	status, body = do(t, "POST", g.url+"/signin", "", `{}`, nil)
+	if status != 503 || body["code"] != "service_unavailable" {
+		t.Fatalf("signin with auth down: %d %v", status, body)
+	}
+	status, body = do(t, "GET", g.url+"/readyz", "", "", nil)
+	if status != 503 {
+		t.Fatalf("readyz with auth down: %d %v", status, body)
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	g := startGateway(t, nil)
+	// The fake services answer /readyz through echo with 200.
+	if status, body := do(t, "GET", g.url+"/readyz", "", "", nil); status != 200 {
+		t.Fatalf("readyz: %d %v", status, body)
+	}
+	if status, _ := do(t, "GET", g.url+"/healthz", "", "", nil); status != 200 {
+		t.Fatal("healthz")
+	}
+}
+
+func TestStreamsLargeBody(t *testing.T) {
+	g := startGateway(t, nil)
+	size := 8 << 20
+	req, _ := http.NewRequest("POST", g.url+"/upload/file", io.LimitReader(zeroReader{}, int64(size)))
+	req.ContentLength = int64(size)
+	req.AddCookie(&http.Cookie{Name: "sessionId", Value: userCookie})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	json.NewDecoder(resp.Body).Decode(&m)
+	if int(m["bodyLen"].(float64)) != size {
+		t.Fatalf("body arrived with %v bytes, want %d", m["bodyLen"], size)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

@@ -1,0 +1,409 @@
+// Package proxy is the gateway's request path: it removes identity headers a
+// client sent, enforces the origin policy, resolves the session, signs an
+// identity token for the target service and streams the request and the
+// answer through without buffering either.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/acme/platform/gateway/internal/sessions"
+	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/web"
+)
+
+// Access says who may use a route.
+type Access int
+
+const (
+	Public  Access = iota // anonymous token; the service decides
+	Session               // a valid session is required
+	Admin                 // a valid session of an administrator (the service checks again)
+	Service               // service-to-service (/ms/me): no session, credential passed through
+)
+
+// Route maps a path prefix to a service.
+type Route struct {
+	Prefix  string // "/log" matches "/log" and "/log/..."
+	Exact   bool   // match Prefix only
+	Service string // audience: auth, files, logs
+	Access  Access
+}
+
+// Routes is the public API's map, most specific first.
+var Routes = []Route{
+	{Prefix: "/ms/me", Exact: true, Service: "auth", Access: Service},
+	{Prefix: "/signin", Exact: true, Service: "auth", Access: Public},
+	{Prefix: "/signout", Exact: true, Service: "auth", Access: Session},
+	{Prefix: "/me", Service: "auth", Access: Session},
+	{Prefix: "/users", Service: "auth", Access: Admin},
+	{Prefix: "/images", Service: "files", Access: Public},
+	{Prefix: "/upload", Service: "files", Access: Session},
+	{Prefix: "/retrieve", Service: "files", Access: Session},
+	{Prefix: "/download", Service: "files", Access: Session},
+	{Prefix: "/files", Service: "files", Access: Session},
+	{Prefix: "/log", Service: "logs", Access: Admin},
+}
+
+func match(path string) (Route, bool) {
+	for _, r := range Routes {
+		if path == r.Prefix || (!r.Exact && strings.HasPrefix(path, r.Prefix+"/")) {
+			return r, true
+		}
+	}
+	return Route{}, false
+}
+
+// Pool round-robins over a service's replicas.
+type Pool struct {
+	urls []*url.URL
+	n    atomic.Uint64
+}
+
+// NewPool parses base URLs; an empty list means the service is not deployed.
+func NewPool(raw []string) (*Pool, error) {
+	p := &Pool{}
+	for _, s := range raw {
+		u, err := url.Parse(strings.TrimRight(s, "/"))
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return nil, errors.New("bad upstream URL " + s)
+		}
+		p.urls = append(p.urls, u)
+	}
+	return p, nil
+}
+
+func (p *Pool) pick() *url.URL {
+	if len(p.urls) == 0 {
+		return nil
+	}
+	return p.urls[p.n.Add(1)%uint64(len(p.urls))]
+}
+
+// Next returns a base URL as a string (for the session resolver).
+func (p *Pool) Next() string {
+	if u := p.pick(); u != nil {
+		return u.String()
+	}
+	return "http://unconfigured.invalid"
+}
+
+// All returns every replica's base URL.
+func (p *Pool) All() []*url.URL { return p.urls }
+
+// Config of the Handler.
+type Config struct {
+	Pools          map[string]*Pool // by service name
+	Resolver       *sessions.Resolver
+	Signer         *identity.Signer
+	AllowedOrigins []string
+	Log            *slog.Logger
+	Transport      http.RoundTripper
+}
+
+// Handler is the gateway's proxy.
+type Handler struct {
+	cfg     Config
+	origins map[string]bool
+	rp      *httputil.ReverseProxy
+}
+
+type ctxKey int
+
+const (
+	keyTarget ctxKey = iota
+	keyStatus
+)
+
+type target struct {
+	base    *url.URL
+	token   string
+	rid     string
+	service string
+	hash    string // session cookie hash, for eviction after auth changes
+}
+
+// New builds the Handler.
+func New(cfg Config) *Handler {
+	h := &Handler{cfg: cfg, origins: map[string]bool{}}
+	for _, o := range cfg.AllowedOrigins {
+		h.origins[strings.TrimRight(o, "/")] = true
+	}
+	h.rp = &httputil.ReverseProxy{
+		Transport:     cfg.Transport,
+		FlushInterval: -1, // stream answers (downloads, server-sent events) as they come
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(keyTarget).(*target)
+			pr.SetURL(t.base)
+			pr.Out.Host = t.base.Host
+			pr.SetXForwarded()
+			pr.Out.Header.Set(identity.Header, t.token)
+			pr.Out.Header.Set(web.RequestIDHeader, t.rid)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			t := resp.Request.Context().Value(keyTarget).(*target)
+			// Anything that changed sessions or users through auth drops
+			// this gateway's cached copy at once; auth tells the others.
+			if t.service == "auth" && t.hash != "" && resp.Request.Method != http.MethodGet && resp.StatusCode < 400 {
+				cfg.Resolver.Evict(t.hash)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				return // the client went away
+			}
+			t, _ := r.Context().Value(keyTarget).(*target)
+			svc := ""
+			if t != nil {
+				svc = t.service
+			}
+			cfg.Log.Warn("upstream unreachable", "service", svc, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "the "+svc+" service is unavailable, try again shortly")
+		},
+	}
+	return h
+}
+
+// ServeHTTP implements the request path.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rid := r.Header.Get(web.RequestIDHeader)
+	if !web.ValidRequestID(rid) {
+		rid = web.NewRequestID()
+	}
+	w.Header().Set(web.RequestIDHeader, rid)
+	sw := &statusWriter{ResponseWriter: w}
+	start := time.Now()
+	svc := h.serve(sw, r, rid)
+	h.cfg.Log.Info("request", "rid", rid, "method", r.Method, "path", r.URL.Path, "service", svc,
+		"status", sw.status(), "bytes", sw.bytes, "dur_ms", time.Since(start).Milliseconds())
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) string {
+	stripIdentityHeaders(r.Header)
+
+	if !h.originAllowed(w, r) {
+		writeError(w, http.StatusForbidden, "forbidden_origin", "cross-origin request from an origin that is not allowed")
+		return ""
+	}
+	if r.Method == http.MethodOptions && r.Header.Get("Origin") != "" {
+		w.WriteHeader(http.StatusNoContent) // preflight, headers set by originAllowed
+		return ""
+	}
+
+	route, ok := match(r.URL.Path)
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", "no such route")
+		return ""
+	}
+	pool := h.cfg.Pools[route.Service]
+	base := (*url.URL)(nil)
+	if pool != nil {
+		base = pool.pick()
+	}
+	if base == nil {
+		writeError(w, http.StatusServiceUnavailable, "service_not_deployed", "the "+route.Service+" service is not deployed")
+		return route.Service
+	}
+	if route.Access != Service {
+		r.Header.Del("X-Service-Credential")
+	}
+
+	claims := identity.Claims{ClientIP: clientIP(r), RequestID: rid}
+	var hash string
+	if route.Access == Session || route.Access == Admin {
+		sid, status, code, msg := sessionFrom(r)
+		if status != 0 {
+			writeError(w, status, code, msg)
+			return route.Service
+		}
+		if sid == "" {
+			writeError(w, http.StatusUnauthorized, "unauthenticated", "a valid session is required")
+			return route.Service
+		}
+		id, err := h.cfg.Resolver.Resolve(r.Context(), sid)
+		switch {
+		case errors.Is(err, sessions.ErrInvalid):
+			writeError(w, http.StatusUnauthorized, "invalid_session", "the session is invalid or has expired")
+			return route.Service
+		case err != nil:
+			h.cfg.Log.Warn("session resolution failed", "rid", rid, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "auth_unavailable", "sessions cannot be checked right now, try again shortly")
+			return route.Service
+		}
+		if route.Access == Admin && id.Role != identity.RoleAdmin {
+			writeError(w, http.StatusForbidden, "forbidden", "administrator role required")
+			return route.Service
+		}
+		claims.Subject, claims.Role, claims.SessionID = id.UserID, id.Role, id.SessionID
+		hash = sessions.Hash(sid)
+	}
+	tok, err := h.cfg.Signer.Sign(claims, route.Service)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return route.Service
+	}
+	t := &target{base: base, token: tok, rid: rid, service: route.Service, hash: hash}
+	h.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyTarget, t)))
+	return route.Service
+}
+
+// sessionFrom takes the session id from the cookie or, for GET /me only (the
+// spec's server-side runtimes), from a JSON body; both at once is refused.
+func sessionFrom(r *http.Request) (sid string, status int, code, msg string) {
+	if c, err := r.Cookie("sessionId"); err == nil {
+		sid = c.Value
+	}
+	if r.Method != http.MethodGet || r.URL.Path != "/me" || r.Body == nil || r.Body == http.NoBody {
+		return sid, 0, "", ""
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 64<<10+1))
+	if err != nil {
+		return "", http.StatusBadRequest, "bad_body", "request body could not be read"
+	}
+	if len(raw) > 64<<10 {
+		return "", http.StatusRequestEntityTooLarge, "body_too_large", "request body too large"
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	r.ContentLength = int64(len(raw))
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return sid, 0, "", ""
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		return "", http.StatusUnsupportedMediaType, "unsupported_media_type", "content type must be application/json"
+	}
+	var b struct {
+		SessionID *string `json:"sessionId"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return "", http.StatusBadRequest, "invalid_json", "body must be a JSON object {\"sessionId\": string}"
+	}
+	if b.SessionID == nil {
+		return sid, 0, "", ""
+	}
+	if sid != "" {
+		return "", http.StatusBadRequest, "ambiguous_session", "send the session in the cookie or in the body, not both"
+	}
+	if *b.SessionID == "" {
+		return "", http.StatusUnauthorized, "invalid_session", "the session is invalid or has expired"
+	}
+	return *b.SessionID, 0, "", ""
+}
+
+// stripIdentityHeaders removes every header a client could use to pose as
+// the gateway.
+func stripIdentityHeaders(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, "X-Acme-") || k == "X-Forwarded-For" || k == "X-Real-Ip" || k == "Forwarded" {
+			delete(h, k)
+		}
+	}
+}
+
+// originAllowed refuses unsafe cross-origin requests from origins that are
+// not configured, and sets CORS headers for the configured ones.
+func (h *Handler) originAllowed(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	if h.origins[origin] {
+		w.Header().Set("Access-Control-Allow-Origin", origin)
+		w.Header().Set("Access-Control-Allow-Credentials", "true")
+		w.Header().Add("Vary", "Origin")
+		if r.Method == http.MethodOptions {
+			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE")
+			w.Header().Set("Access-Control-Allow-Headers", "Content-Type, X-Request-Id")
+			w.Header().Set("Access-Control-Max-Age", "600")
+		}
+		return true
+	}
+	if sameOrigin(origin, r) {
+		return true
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		return true // no state change; the browser withholds the answer without CORS headers
+	}
+	return false
+}
+
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	return u.Host == r.Host
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "code": code})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	bytes int64
+}
+
+func (s *statusWriter) WriteHeader(c int) {
+	if s.code == 0 {
+		s.code = c
+	}
+	s.ResponseWriter.WriteHeader(c)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += int64(n)
+	return n, err
+}
+
+func (s *statusWriter) status() int {
+	if s.code == 0 {
+		return http.StatusOK
+	}
+	return s.code
+}
+
+// Flush lets streaming answers through.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the real writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -1,0 +1,218 @@
+// Package sessions resolves a session cookie to the identity behind it by
+// asking auth's GET /ms/me, and caches answers briefly. Revocations arrive
+// from auth over NATS and evict at once, so a session ended through any
+// gateway replica is refused by every replica.
+package sessions
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// Identity is what the gateway learns about a session.
+type Identity struct {
+	UserID    string
+	Role      string
+	SessionID string // public id
+	expires   time.Time
+}
+
+// Errors of Resolve.
+var (
+	ErrInvalid     = errors.New("invalid or expired session")
+	ErrUnavailable = errors.New("auth unavailable")
+)
+
+// Hash returns the key auth stores a session under: hex(sha256(cookie)).
+func Hash(sessionID string) string {
+	h := sha256.Sum256([]byte(sessionID))
+	return hex.EncodeToString(h[:])
+}
+
+// WellFormed reports whether s can be a session id at all (43 characters of
+// base64url), so garbage never reaches auth.
+func WellFormed(s string) bool {
+	if len(s) != 43 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Upstream picks the auth base URL for the next call.
+type Upstream interface{ Next() string }
+
+// Resolver resolves and caches sessions.
+type Resolver struct {
+	auth       Upstream
+	credential string
+	client     *http.Client
+	ttl        time.Duration
+	group      singleflight.Group
+
+	mu     sync.RWMutex
+	byHash map[string]Identity
+	gen    map[string]uint64 // per-hash generation, bumped on eviction
+}
+
+// NewResolver returns a Resolver caching answers for ttl (0 disables).
+func NewResolver(auth Upstream, credential string, client *http.Client, ttl time.Duration) *Resolver {
+	return &Resolver{auth: auth, credential: credential, client: client, ttl: ttl,
+		byHash: map[string]Identity{}, gen: map[string]uint64{}}
+}
+
+// Resolve returns the identity of sessionID.
+func (r *Resolver) Resolve(ctx context.Context, sessionID string) (Identity, error) {
+	if !WellFormed(sessionID) {
+		return Identity{}, ErrInvalid
+	}
+	h := Hash(sessionID)
+	r.mu.RLock()
+	id, ok := r.byHash[h]
+	gen := r.gen[h]
+	r.mu.RUnlock()
+	if ok && time.Now().Before(id.expires) {
+		return id, nil
+	}
+	v, err, _ := r.group.Do(h, func() (any, error) {
+		id, err := r.ask(ctx, sessionID)
+		if err == nil && r.ttl > 0 {
+			id.expires = time.Now().Add(r.ttl)
+			r.mu.Lock()
+			if r.gen[h] == gen { // not revoked while we asked
+				r.byHash[h] = id
+			}
+			r.mu.Unlock()
+		}
+		return id, err
+	})
+	if err != nil {
+		return Identity{}, err
+	}
+	return v.(Identity), nil
+}
+
+type msMeAnswer struct {
+	User struct {
+		ID       string `json:"id"`
+		RoleName string `json:"roleName"`
+	} `json:"user"`
+	Session struct {
+		ID string `json:"id"`
+	} `json:"session"`
+}
+
+func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(map[string]string{"sessionId": sessionID})
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.auth.Next()+"/ms/me", bytes.NewReader(body))
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Service-Credential", r.credential)
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var a msMeAnswer
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil || a.User.ID == "" {
+			return Identity{}, fmt.Errorf("%w: bad /ms/me answer", ErrUnavailable)
+		}
+		return Identity{UserID: a.User.ID, Role: a.User.RoleName, SessionID: a.Session.ID}, nil
+	case http.StatusUnauthorized, http.StatusNotFound, http.StatusBadRequest:
+		var e struct {
+			Code string `json:"code"`
+		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
+		if e.Code == "invalid_service_credential" {
+			return Identity{}, fmt.Errorf("%w: auth refused the gateway's service credential", ErrUnavailable)
+		}
+		return Identity{}, ErrInvalid
+	default:
+		return Identity{}, fmt.Errorf("%w: /ms/me answered %d", ErrUnavailable, resp.StatusCode)
+	}
+}
+
+// Evict drops one session (by cookie hash) from the cache.
+func (r *Resolver) Evict(hashes ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range hashes {
+		delete(r.byHash, h)
+		r.gen[h]++
+	}
+	r.trimGenerations()
+}
+
+// EvictUsers drops every cached session of these users.
+func (r *Resolver) EvictUsers(userIDs ...string) {
+	if len(userIDs) == 0 {
+		return
+	}
+	set := make(map[string]bool, len(userIDs))
+	for _, u := range userIDs {
+		set[u] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for h, id := range r.byHash {
+		if set[id.UserID] {
+			delete(r.byHash, h)
+			r.gen[h]++
+		}
+	}
+	r.trimGenerations()
+}
+
+// trimGenerations keeps the generation map from growing without bound; a
+// generation only matters while a lookup for that hash is in flight.
+func (r *Resolver) trimGenerations() {
+	if len(r.gen) > 100000 {
+		r.gen = map[string]uint64{}
+	}
+}
+
+// Sweep removes expired entries; call it periodically.
+func (r *Resolver) Sweep() {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for h, id := range r.byHash {
+		if now.After(id.expires) {
+			delete(r.byHash, h)
+		}
+	}
+}
+
+// Revocation is the message auth publishes when sessions end or users change.
+type Revocation struct {
+	Sessions []string `json:"sessions"` // cookie hashes
+	Users    []string `json:"users"`
+}
+
+// Apply evicts what a revocation names.
+func (r *Resolver) Apply(rev Revocation) {
+	r.Evict(rev.Sessions...)
+	r.EvictUsers(rev.Users...)
+}
