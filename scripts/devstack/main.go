@@ -1,0 +1,165 @@
+// Command devstack is `make run`: it starts the whole platform on one machine
+// without Docker. NATS (JetStream) and a MongoDB-wire server (FerretDB on
+// SQLite) run inside this process, MinIO runs as a child built once from its
+// pinned version, and the four services run as separate processes. Data lives
+// under DATA_DIR (./data) and survives restarts; Ctrl-C stops everything.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/acme/platform/pkg/embedded"
+	"github.com/acme/platform/scripts/stack"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "devstack:", err)
+		os.Exit(1)
+	}
+}
+
+type persisted struct {
+	stack.Secrets
+	MinIOAccess string `json:"minioAccess"`
+	MinIOSecret string `json:"minioSecret"`
+}
+
+func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
+	dataDir := getenv("DATA_DIR")
+	if dataDir == "" {
+		dataDir = "data"
+	}
+	gatewayAddr := getenv("GATEWAY_ADDR")
+	if gatewayAddr == "" {
+		gatewayAddr = "127.0.0.1:8080"
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	sec, err := loadSecrets(filepath.Join(dataDir, "dev-secrets.json"), getenv)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "starting NATS (JetStream) and the MongoDB-wire server (FerretDB on SQLite)...")
+	ns, err := embedded.NATS(filepath.Join(dataDir, "nats"), "127.0.0.1", 0)
+	if err != nil {
+		return err
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	mongo, err := embedded.FerretDB(filepath.Join(dataDir, "mongo"), "127.0.0.1:0", os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer mongo.Stop()
+
+	fmt.Fprintln(out, "starting MinIO (the first run builds it from source: a few minutes)...")
+	mi, err := embedded.StartMinIO(ctx, embedded.MinIOOptions{
+		Dir: filepath.Join(dataDir, "minio"), AccessKey: sec.MinIOAccess, SecretKey: sec.MinIOSecret, Log: out,
+	})
+	if err != nil {
+		return err
+	}
+	defer mi.Stop()
+
+	fmt.Fprintln(out, "building the services...")
+	bins, err := stack.Build(ctx, "bin", false)
+	if err != nil {
+		return err
+	}
+	env := map[string]string{"AUTH_COOKIE_SECURE": "false"}
+	for _, k := range []string{"LOG_LEVEL"} {
+		if v := getenv(k); v != "" {
+			env[k] = v
+		}
+	}
+	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: gatewayAddr, Env: env, Out: out},
+		stack.Servers{
+			MongoURL: mongo.URI, MongoDB: "acme", NATSURL: ns.ClientURL(), SubjectPrefix: "acme",
+			S3Endpoint: mi.Endpoint, S3Access: sec.MinIOAccess, S3Secret: sec.MinIOSecret, S3Bucket: "acme-files",
+		}, sec.Secrets)
+	if err != nil {
+		return err
+	}
+	defer p.Stop(20 * time.Second)
+	if err := waitReady(ctx, p.GatewayURL); err != nil {
+		fmt.Fprintln(out, "warning:", err)
+	}
+	fmt.Fprintf(out, `
+================================================================
+ The platform is running: %[1]s   (Ctrl-C stops everything)
+ Administrator: %[2]s  password: %[3]s
+ (stored in %[4]s; set ADMIN_EMAIL/ADMIN_PASSWORD before the first run to choose)
+
+ Sign in:
+   curl -i -c jar -H 'Content-Type: application/json' \
+     -d '{"email":"%[2]s","password":"%[3]s"}' %[1]s/signin
+   curl -b jar %[1]s/me
+ Data: %[5]s   MongoDB wire: %[6]s   NATS: %[7]s   MinIO: %[8]s
+================================================================
+`, p.GatewayURL, sec.AdminEmail, sec.AdminPassword, filepath.Join(dataDir, "dev-secrets.json"), dataDir, mongo.URI, ns.ClientURL(), mi.Endpoint)
+
+	// Stop when asked or when a service dies.
+	died := make(chan string, len(p.Procs))
+	for name, proc := range p.Procs {
+		go func() { <-proc.Exited(); died <- name }()
+	}
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out, "\nstopping...")
+		return nil
+	case name := <-died:
+		return fmt.Errorf("%s exited; stopping the platform", name)
+	}
+}
+
+func loadSecrets(path string, getenv func(string) string) (persisted, error) {
+	var p persisted
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &p); err != nil {
+			return p, fmt.Errorf("%s: %w", path, err)
+		}
+		return p, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return p, err
+	}
+	email := getenv("ADMIN_EMAIL")
+	if email == "" {
+		email = "admin@acme.local"
+	}
+	sec, err := stack.NewSecrets(email, getenv("ADMIN_PASSWORD"))
+	if err != nil {
+		return p, err
+	}
+	p = persisted{Secrets: sec, MinIOAccess: "acme-" + stack.Secret(6), MinIOSecret: stack.Secret(24)}
+	b, _ := json.MarshalIndent(p, "", "  ")
+	return p, os.WriteFile(path, b, 0o600)
+}
+
+func waitReady(ctx context.Context, base string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return errors.New("gateway /readyz did not report ready within 30s")
+}

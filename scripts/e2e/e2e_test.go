@@ -1,0 +1,280 @@
+// Package e2e runs the platform as a developer or an operator does: the four
+// services built and started as separate processes against the test kit's
+// real servers, exercised only through the gateway.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/scripts/stack"
+)
+
+var (
+	buildOnce sync.Once
+	bins      map[string]string
+	buildErr  error
+	binDir    string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "acme-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	code := func() int { defer testkit.Stop(); return m.Run() }()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// platform starts the whole platform for one test.
+func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secrets, *bytes.Buffer) {
+	t.Helper()
+	buildOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		bins, buildErr = stack.Build(ctx, filepath.Join(binDir, "bin"), os.Getenv("E2E_RACE") == "1")
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	s := testkit.Get(t)
+	sec, err := stack.NewSecrets("admin@acme.test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["AUTH_COOKIE_SECURE"] = "false"
+	logs := &syncBuffer{}
+	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Env: env, Out: logs},
+		stack.Servers{
+			MongoURL: s.MongoURL, MongoDB: s.Database(t), NATSURL: s.NATSURL, SubjectPrefix: s.SubjectPrefix(t),
+			S3Endpoint: s.S3Endpoint, S3Access: s.S3Access, S3Secret: s.S3Secret, S3Bucket: s.Bucket(t),
+		}, sec)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	t.Cleanup(func() {
+		p.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("service output:\n%s", logs.String())
+		}
+	})
+	return p, sec, &logs.Buffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.String()
+}
+
+// client is a browser-like HTTP client with its own cookie jar.
+type client struct {
+	t    *testing.T
+	base string
+	http *http.Client
+}
+
+func newClient(t *testing.T, base string) *client {
+	jar, _ := cookiejar.New(nil)
+	return &client{t: t, base: base, http: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+}
+
+func (c *client) do(method, path string, body any) (int, map[string]any, http.Header) {
+	c.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, c.base+path, r)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if len(raw) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			c.t.Fatalf("%s %s: bad JSON %q", method, path, raw)
+		}
+	}
+	return resp.StatusCode, m, resp.Header
+}
+
+func (c *client) cookie() string {
+	u, _ := http.NewRequest("GET", c.base+"/", nil)
+	for _, ck := range c.http.Jar.Cookies(u.URL) {
+		if ck.Name == "sessionId" {
+			return ck.Value
+		}
+	}
+	return ""
+}
+
+func (c *client) mustStatus(want int, method, path string, body any) map[string]any {
+	c.t.Helper()
+	got, m, _ := c.do(method, path, body)
+	if got != want {
+		c.t.Fatalf("%s %s: status %d, want %d; body %v", method, path, got, want, m)
+	}
+	return m
+}
+
+// The README's curl walk-through, through the gateway: sign in as the admin,
+// create a user, sign in as that user, GET /me, PATCH /me including a
+// password change, sign out, and the old cookie is refused.
+func TestSignInWalkThrough(t *testing.T) {
+	p, sec, logs := platform(t, nil)
+	admin := newClient(t, p.GatewayURL)
+	admin.mustStatus(200, "POST", "/signin", map[string]string{"email": sec.AdminEmail, "password": sec.AdminPassword})
+	created := admin.mustStatus(201, "POST", "/users", map[string]any{
+		"email": "Ada@Example.com", "password": "correct horse battery", "fullName": "Ada Lovelace", "edv": "E-1",
+	})
+	user, _ := created["user"].(map[string]any)
+	if user["email"] == nil || user["roleName"] != "user" {
+		t.Fatalf("created user: %v", created)
+	}
+
+	ada := newClient(t, p.GatewayURL)
+	ada.mustStatus(401, "POST", "/signin", map[string]string{"email": "ada@example.com", "password": "wrong password"})
+	ada.mustStatus(200, "POST", "/signin", map[string]string{"email": "ada@example.com", "password": "correct horse battery"})
+	me := ada.mustStatus(200, "GET", "/me", nil)
+	if u := me["user"].(map[string]any); u["fullName"] != "Ada Lovelace" || u["id"] != user["id"] {
+		t.Fatalf("/me: %v", me)
+	}
+	for _, k := range []string{"password", "passwordHash", "hash"} {
+		if _, leaked := me["user"].(map[string]any)[k]; leaked {
+			t.Fatalf("/me leaks %s", k)
+		}
+	}
+
+	// A second device of the same user.
+	phone := newClient(t, p.GatewayURL)
+	phone.mustStatus(200, "POST", "/signin", map[string]string{"email": "ada@example.com", "password": "correct horse battery"})
+
+	oldCookie := ada.cookie()
+	edited := ada.mustStatus(200, "PATCH", "/me", map[string]any{
+		"fullName": "Augusta Ada King", "password": map[string]string{"old": "correct horse battery", "new": "new secret phrase"},
+	})
+	if edited["user"].(map[string]any)["fullName"] != "Augusta Ada King" {
+		t.Fatalf("PATCH /me: %v", edited)
+	}
+	if ada.cookie() == oldCookie || ada.cookie() == "" {
+		t.Fatal("password change did not replace the session cookie")
+	}
+	ada.mustStatus(200, "GET", "/me", nil)
+	phone.mustStatus(401, "GET", "/me", nil) // other sessions ended at once
+
+	stale := newClient(t, p.GatewayURL)
+	u, _ := http.NewRequest("GET", p.GatewayURL, nil)
+	stale.http.Jar.SetCookies(u.URL, []*http.Cookie{{Name: "sessionId", Value: oldCookie}})
+	stale.mustStatus(401, "GET", "/me", nil)
+
+	// The server-side runtime form: sessionId in the body.
+	body := ada.cookie()
+	anon := newClient(t, p.GatewayURL)
+	anon.mustStatus(200, "GET", "/me", map[string]string{"sessionId": body})
+
+	current := ada.cookie()
+	ada.mustStatus(200, "DELETE", "/signout", nil)
+	after := newClient(t, p.GatewayURL)
+	after.http.Jar.SetCookies(u.URL, []*http.Cookie{{Name: "sessionId", Value: current}})
+	after.mustStatus(401, "GET", "/me", nil)
+
+	ada.mustStatus(200, "POST", "/signin", map[string]string{"email": "ada@example.com", "password": "new secret phrase"})
+
+	// No secret reaches a log line.
+	for _, secret := range []string{current, oldCookie, "new secret phrase", "correct horse battery", sec.AdminPassword} {
+		if strings.Contains(logs.String(), secret) {
+			t.Fatalf("a secret appears in the services' logs")
+		}
+	}
+}
+
+// A service reached directly, not through the gateway, refuses the request.
+func TestServicesRefuseDirectCalls(t *testing.T) {
+	p, sec, _ := platform(t, nil)
+	for name, proc := range p.Procs {
+		if name == "gateway" {
+			continue
+		}
+		path := map[string]string{"auth": "/me", "files": "/files", "logs": "/log/log/1"}[name]
+		resp, err := http.Get("http://" + proc.Addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Errorf("%s %s direct: %d, want 401", name, path, resp.StatusCode)
+		}
+	}
+	// /ms/me without the service credential.
+	req, _ := http.NewRequest("GET", "http://"+p.Procs["auth"].Addr+"/ms/me", strings.NewReader(`{"sessionId":"x"}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("/ms/me without credential: %d", resp.StatusCode)
+	}
+	_ = sec
+}
+
+func TestGatewayReadyz(t *testing.T) {
+	p, _, _ := platform(t, nil)
+	resp, err := http.Get(p.GatewayURL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("readyz %d", resp.StatusCode)
+	}
+	p.Procs["auth"].Stop(5 * time.Second)
+	resp, err = http.Get(p.GatewayURL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("readyz with auth stopped: %d", resp.StatusCode)
+	}
+	c := newClient(t, p.GatewayURL)
+	st, body, _ := c.do("POST", "/signin", map[string]string{"email": "a@b.c", "password": "whatever1"})
+	if st != 503 || body["code"] == nil {
+		t.Fatalf("signin with auth down: %d %v", st, body)
+	}
+}

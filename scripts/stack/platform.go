@@ -1,0 +1,128 @@
+package stack
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/acme/platform/pkg/identity"
+)
+
+// Servers are the dependencies the services run against.
+type Servers struct {
+	MongoURL, MongoDB      string
+	NATSURL, SubjectPrefix string
+	S3Endpoint, S3Access   string
+	S3Secret, S3Bucket     string
+}
+
+// Secrets shared by the services of one platform.
+type Secrets struct {
+	IdentityPrivatePEM string
+	IdentityPublicPEM  string
+	ServiceCredential  string
+	AdminEmail         string
+	AdminPassword      string
+}
+
+// NewSecrets generates a fresh set.
+func NewSecrets(adminEmail, adminPassword string) (Secrets, error) {
+	pub, priv, err := identity.GenerateKey()
+	if err != nil {
+		return Secrets{}, err
+	}
+	privPEM, err := identity.EncodePrivateKey(priv)
+	if err != nil {
+		return Secrets{}, err
+	}
+	pubPEM, err := identity.EncodePublicKey(pub)
+	if err != nil {
+		return Secrets{}, err
+	}
+	if adminPassword == "" {
+		adminPassword = Secret(15)
+	}
+	return Secrets{privPEM, pubPEM, Secret(32), adminEmail, adminPassword}, nil
+}
+
+// Options for Launch.
+type Options struct {
+	Bins        map[string]string
+	GatewayAddr string            // e.g. 127.0.0.1:8080
+	Env         map[string]string // extra variables for every service
+	Out         io.Writer
+}
+
+// Platform is the four running services.
+type Platform struct {
+	Procs      map[string]*Proc
+	GatewayURL string
+	order      []*Proc
+}
+
+// Launch starts auth, files, logs, then the gateway, each on its own port.
+func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
+	p := &Platform{Procs: map[string]*Proc{}}
+	addrs := map[string]string{}
+	for _, name := range Services {
+		if name == "gateway" && o.GatewayAddr != "" {
+			addrs[name] = o.GatewayAddr
+			continue
+		}
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addrs[name] = a
+	}
+	p.GatewayURL = "http://" + addrs["gateway"]
+	common := []string{
+		"MONGO_URL=" + s.MongoURL, "MONGO_DB=" + s.MongoDB,
+		"NATS_URL=" + s.NATSURL, "NATS_SUBJECT_PREFIX=" + s.SubjectPrefix,
+		"IDENTITY_PUBLIC_KEY=" + sec.IdentityPublicPEM,
+		"SERVICE_CREDENTIAL=" + sec.ServiceCredential,
+	}
+	for k, v := range o.Env {
+		common = append(common, k+"="+v)
+	}
+	env := map[string][]string{
+		"auth": {"AUTH_ADDR=" + addrs["auth"], "ADMIN_EMAIL=" + sec.AdminEmail, "ADMIN_PASSWORD=" + sec.AdminPassword},
+		"files": {"FILES_ADDR=" + addrs["files"], "S3_ENDPOINT=" + s.S3Endpoint, "S3_ACCESS_KEY=" + s.S3Access,
+			"S3_SECRET_KEY=" + s.S3Secret, "S3_BUCKET=" + s.S3Bucket, "FILES_PUBLIC_BASE_URL=" + p.GatewayURL},
+		"logs": {"LOGS_ADDR=" + addrs["logs"]},
+		"gateway": {"GATEWAY_ADDR=" + addrs["gateway"], "GATEWAY_IDENTITY_PRIVATE_KEY=" + sec.IdentityPrivatePEM,
+			"GATEWAY_AUTH_URL=http://" + addrs["auth"], "GATEWAY_FILES_URL=http://" + addrs["files"],
+			"GATEWAY_LOGS_URL=http://" + addrs["logs"]},
+	}
+	for _, name := range Services {
+		bin, ok := o.Bins[name]
+		if !ok {
+			continue
+		}
+		proc, err := Start(name, bin, addrs[name], append(append([]string{}, common...), env[name]...), o.Out)
+		if err != nil {
+			p.Stop(5 * time.Second)
+			return nil, err
+		}
+		p.Procs[name] = proc
+		p.order = append(p.order, proc)
+	}
+	return p, nil
+}
+
+// Stop stops the gateway first, then the services.
+func (p *Platform) Stop(grace time.Duration) {
+	for i := len(p.order) - 1; i >= 0; i-- {
+		p.order[i].Stop(grace)
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

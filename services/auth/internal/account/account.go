@@ -1,0 +1,171 @@
+// Package account is the auth service's domain: users, their password
+// hashes, sessions, sign-in throttling and the revocation events that tell
+// gateways to forget cached identities. It declares the stores it needs and
+// knows nothing of HTTP or MongoDB.
+package account
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Roles a user can have.
+const (
+	RoleUser  = "user"
+	RoleAdmin = "admin"
+)
+
+// User is an account. PasswordHash is a PHC argon2id string and never leaves
+// the service.
+type User struct {
+	ID           string
+	Email        string
+	FullName     string
+	Sector       *string
+	EDV          string
+	AvatarURL    *string
+	Role         string
+	PasswordHash string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Session is a signed-in browser or client. The secret (the cookie value) is
+// never stored: ID is the hex SHA-256 of it. PublicID names the session in
+// listings and identity tokens.
+type Session struct {
+	ID         string
+	PublicID   string
+	UserID     string
+	CreatedAt  time.Time
+	LastSeenAt time.Time
+	ExpiresAt  time.Time // absolute expiry
+	UserAgent  string
+	IP         string
+}
+
+// UserPatch lists the fields to change; nil means unchanged. An empty string
+// in Sector or AvatarURL clears the field.
+type UserPatch struct {
+	Email        *string
+	FullName     *string
+	Sector       *string
+	EDV          *string
+	AvatarURL    *string
+	Role         *string
+	PasswordHash *string
+}
+
+// Empty reports whether the patch changes nothing.
+func (p UserPatch) Empty() bool {
+	return p.Email == nil && p.FullName == nil && p.Sector == nil && p.EDV == nil &&
+		p.AvatarURL == nil && p.Role == nil && p.PasswordHash == nil
+}
+
+// UserStore keeps users. E-mails are unique case-insensitively.
+type UserStore interface {
+	// Create stores u (ID empty) and returns it with its ID; ErrEmailTaken.
+	Create(ctx context.Context, u User) (User, error)
+	// ByID returns ErrUserNotFound for unknown or malformed ids.
+	ByID(ctx context.Context, id string) (User, error)
+	// ByEmail looks the e-mail up case-insensitively; ErrUserNotFound.
+	ByEmail(ctx context.Context, email string) (User, error)
+	// Update applies p and sets updatedAt; ErrUserNotFound, ErrEmailTaken.
+	Update(ctx context.Context, id string, p UserPatch, now time.Time) (User, error)
+	// ReplaceHash swaps the password hash only if it is still old (re-hash
+	// at sign-in must not undo a concurrent password change).
+	ReplaceHash(ctx context.Context, id, old, new string) error
+	// Delete removes the user; ErrUserNotFound.
+	Delete(ctx context.Context, id string) error
+	// List returns a page in creation order and the total count.
+	List(ctx context.Context, skip, limit int) ([]User, int64, error)
+}
+
+// SessionStore keeps sessions.
+type SessionStore interface {
+	Create(ctx context.Context, s Session) error
+	// ByID finds a session by the hash of its secret; ErrSessionNotFound.
+	ByID(ctx context.Context, id string) (Session, error)
+	// ByPublicID finds one of userID's sessions; ErrSessionNotFound.
+	ByPublicID(ctx context.Context, userID, publicID string) (Session, error)
+	// Touch sets lastSeenAt to now if it is still prev (one writer per minute).
+	Touch(ctx context.Context, id string, prev, now time.Time) error
+	// Delete removes a session; ErrSessionNotFound if it was not there.
+	Delete(ctx context.Context, id string) error
+	ListByUser(ctx context.Context, userID string) ([]Session, error)
+	// DeleteByUser removes userID's sessions except the one whose ID is
+	// except (may be empty) and returns the IDs removed.
+	DeleteByUser(ctx context.Context, userID, except string) ([]string, error)
+	// DeleteExpired removes sessions past their absolute expiry or idle
+	// since before idleBefore.
+	DeleteExpired(ctx context.Context, now, idleBefore time.Time) (int64, error)
+}
+
+// ThrottleRule limits failures of one key: Max failures within Window lock
+// the key for Lock, doubling with each further lock up to LockMax.
+type ThrottleRule struct {
+	Max     int
+	Window  time.Duration
+	Lock    time.Duration
+	LockMax time.Duration
+}
+
+// ThrottleStore counts sign-in failures per key, shared by every replica.
+type ThrottleStore interface {
+	// Check returns, for each existing key, the time its lock ends (zero or
+	// past when not locked).
+	Check(ctx context.Context, keys []string) (map[string]time.Time, error)
+	// Fail records one failure of key under rule.
+	Fail(ctx context.Context, key string, rule ThrottleRule, now time.Time) error
+	// Reset forgets key.
+	Reset(ctx context.Context, key string) error
+	// Forget removes keys with no failure and no lock since before.
+	Forget(ctx context.Context, before time.Time) error
+}
+
+// Revocation names what cached identities must be dropped: sessions by the
+// hash of their secret (Session.ID) and users by id.
+type Revocation struct {
+	Sessions []string `json:"sessions"`
+	Users    []string `json:"users"`
+}
+
+// Publisher announces revocations. It must not fail the request: gateways
+// also expire their caches quickly.
+type Publisher interface {
+	Revoked(ctx context.Context, r Revocation)
+}
+
+// Errors.
+var (
+	ErrUserNotFound       = errors.New("user not found")
+	ErrEmailTaken         = errors.New("e-mail already in use")
+	ErrInvalidCredentials = errors.New("invalid e-mail or password")
+	ErrInvalidSession     = errors.New("invalid or expired session")
+	ErrSessionNotFound    = errors.New("session not found")
+	ErrWrongPassword      = errors.New("current password does not match")
+	ErrUserGone           = errors.New("the signed-in user no longer exists")
+	ErrEmptyPatch         = errors.New("at least one property must be sent")
+	ErrSelfDelete         = errors.New("administrators cannot delete themselves")
+	ErrSelfDemote         = errors.New("administrators cannot remove their own admin role")
+)
+
+// ThrottledError says sign-in is locked for RetryAfter.
+type ThrottledError struct{ RetryAfter time.Duration }
+
+func (e *ThrottledError) Error() string {
+	return fmt.Sprintf("too many failed sign-ins, retry after %s", e.RetryAfter)
+}
+
+// ValidationError is bad input in one field.
+type ValidationError struct {
+	Field, Code, Message string
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Message }
+
+func invalid(field, code, msg string) error {
+	return &ValidationError{Field: field, Code: code, Message: msg}
+}

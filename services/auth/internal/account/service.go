@@ -1,0 +1,484 @@
+package account
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/acme/platform/services/auth/internal/password"
+)
+
+// Config are the service's policies.
+type Config struct {
+	SessionTTL    time.Duration // absolute lifetime
+	SessionIdle   time.Duration // idle timeout
+	TouchInterval time.Duration // lastSeenAt is written at most this often
+	Account       ThrottleRule  // failures per e-mail
+	Address       ThrottleRule  // failures per client address
+	ThrottleForget time.Duration // a quiet key is forgotten after this
+}
+
+// Service implements the use cases.
+type Service struct {
+	users    UserStore
+	sessions SessionStore
+	throttle ThrottleStore
+	hasher   *password.Hasher
+	pub      Publisher
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+}
+
+// NewService wires a Service.
+func NewService(users UserStore, sessions SessionStore, throttle ThrottleStore, hasher *password.Hasher, pub Publisher, cfg Config, log *slog.Logger) *Service {
+	if cfg.TouchInterval <= 0 {
+		cfg.TouchInterval = time.Minute
+	}
+	if cfg.ThrottleForget <= 0 {
+		cfg.ThrottleForget = 24 * time.Hour
+	}
+	return &Service{users: users, sessions: sessions, throttle: throttle, hasher: hasher, pub: pub, cfg: cfg, log: log, now: now}
+}
+
+// now is UTC truncated to milliseconds, the precision MongoDB keeps, so that
+// a value returned at creation equals the one read back later.
+func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+
+// Config returns the policies in force.
+func (s *Service) Config() Config { return s.cfg }
+
+// Client describes where a request comes from.
+type Client struct {
+	IP        string
+	UserAgent string
+}
+
+// Caller is a signed-in user as the identity token describes them.
+type Caller struct {
+	UserID    string
+	SessionID string // public id
+	Client
+}
+
+// SecretLength is the length of a session secret as sent in the cookie.
+const SecretLength = 43
+
+// HashSecret is how a session secret is stored and named in revocations:
+// hex SHA-256 of the cookie value.
+func HashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+func validSecret(secret string) bool {
+	if len(secret) != SecretLength {
+		return false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(secret)
+	return err == nil && len(b) == 32
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return b
+}
+
+// newSession creates and stores a session; it returns the secret for the cookie.
+func (s *Service) newSession(ctx context.Context, userID string, c Client) (string, Session, error) {
+	secret := base64.RawURLEncoding.EncodeToString(randomBytes(32))
+	t := s.now()
+	sess := Session{
+		ID:         HashSecret(secret),
+		PublicID:   hex.EncodeToString(randomBytes(16)),
+		UserID:     userID,
+		CreatedAt:  t,
+		LastSeenAt: t,
+		ExpiresAt:  t.Add(s.cfg.SessionTTL),
+		UserAgent:  clip(c.UserAgent, maxUA),
+		IP:         clip(c.IP, maxIP),
+	}
+	if err := s.sessions.Create(ctx, sess); err != nil {
+		return "", Session{}, err
+	}
+	return secret, sess, nil
+}
+
+// ExpiresAt is when the session ends if it is not used again: the earlier of
+// its absolute expiry and its idle expiry.
+func (s *Service) ExpiresAt(sess Session) time.Time {
+	idle := sess.LastSeenAt.Add(s.cfg.SessionIdle)
+	if idle.Before(sess.ExpiresAt) {
+		return idle
+	}
+	return sess.ExpiresAt
+}
+
+func (s *Service) expired(sess Session, t time.Time) bool {
+	return !t.Before(sess.ExpiresAt) || !t.Before(sess.LastSeenAt.Add(s.cfg.SessionIdle))
+}
+
+// SignInInput is a sign-in attempt.
+type SignInInput struct {
+	Email    string
+	Password string
+	Client
+}
+
+func accountKey(emailLower string) string {
+	sum := sha256.Sum256([]byte(emailLower))
+	return "account:" + hex.EncodeToString(sum[:16])
+}
+
+func addressKey(ip string) string { return "address:" + clip(ip, maxIP) }
+
+// SignIn checks credentials and opens a new session. Unknown e-mails and
+// wrong passwords fail alike (ErrInvalidCredentials) and take the same time.
+func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, User, error) {
+	if in.Email == "" || len(in.Email) > maxEmail {
+		return "", Session{}, User{}, invalid("email", "invalid_email", "email must be a non-empty string of at most 254 bytes")
+	}
+	if err := validatePassword("password", in.Password); err != nil {
+		return "", Session{}, User{}, err
+	}
+	email := NormalizeEmail(in.Email)
+	acct := accountKey(email)
+	keys := []string{acct}
+	if in.IP != "" {
+		keys = append(keys, addressKey(in.IP))
+	}
+	locks, err := s.checkThrottle(ctx, keys)
+	if err != nil {
+		return "", Session{}, User{}, err
+	}
+
+	u, err := s.users.ByEmail(ctx, email)
+	var ok, rehash bool
+	switch {
+	case errors.Is(err, ErrUserNotFound):
+		err = s.hasher.VerifyDummy(ctx, in.Password)
+	case err == nil:
+		ok, rehash, err = s.hasher.Verify(ctx, in.Password, u.PasswordHash)
+		if errors.Is(err, password.ErrMalformedHash) {
+			s.log.Error("stored password hash is malformed", "user", u.ID)
+			ok, err = false, nil
+		}
+	}
+	if err != nil {
+		return "", Session{}, User{}, err
+	}
+	if !ok {
+		for _, k := range keys {
+			rule := s.cfg.Account
+			if k != acct {
+				rule = s.cfg.Address
+			}
+			if rule.Max <= 0 {
+				continue
+			}
+			if err := s.throttle.Fail(ctx, k, rule, s.now()); err != nil {
+				return "", Session{}, User{}, err
+			}
+		}
+		return "", Session{}, User{}, ErrInvalidCredentials
+	}
+
+	if _, seen := locks[acct]; seen {
+		if err := s.throttle.Reset(ctx, acct); err != nil {
+			s.log.Warn("reset sign-in throttle", "err", err)
+		}
+	}
+	if rehash {
+		if h, err := s.hasher.Hash(ctx, in.Password); err != nil {
+			s.log.Warn("re-hash password", "user", u.ID, "err", err)
+		} else if err := s.users.ReplaceHash(ctx, u.ID, u.PasswordHash, h); err != nil {
+			s.log.Warn("store re-hashed password", "user", u.ID, "err", err)
+		}
+	}
+	secret, sess, err := s.newSession(ctx, u.ID, in.Client)
+	return secret, sess, u, err
+}
+
+// checkThrottle returns ThrottledError if any key is locked, else the keys
+// that have throttle state.
+func (s *Service) checkThrottle(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	locks, err := s.throttle.Check(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	t := s.now()
+	var until time.Time
+	for _, l := range locks {
+		if l.After(until) {
+			until = l
+		}
+	}
+	if until.After(t) {
+		return nil, &ThrottledError{RetryAfter: until.Sub(t)}
+	}
+	return locks, nil
+}
+
+// Resolve returns the user and session behind a session secret, enforcing
+// both expiries and recording use. Anything unusable is ErrInvalidSession.
+func (s *Service) Resolve(ctx context.Context, secret string) (User, Session, error) {
+	if !validSecret(secret) {
+		return User{}, Session{}, ErrInvalidSession
+	}
+	sess, err := s.sessions.ByID(ctx, HashSecret(secret))
+	if errors.Is(err, ErrSessionNotFound) {
+		return User{}, Session{}, ErrInvalidSession
+	}
+	if err != nil {
+		return User{}, Session{}, err
+	}
+	t := s.now()
+	if s.expired(sess, t) {
+		if err := s.sessions.Delete(ctx, sess.ID); err != nil && !errors.Is(err, ErrSessionNotFound) {
+			s.log.Warn("delete expired session", "err", err)
+		}
+		return User{}, Session{}, ErrInvalidSession
+	}
+	if t.Sub(sess.LastSeenAt) >= s.cfg.TouchInterval {
+		if err := s.sessions.Touch(ctx, sess.ID, sess.LastSeenAt, t); err != nil {
+			return User{}, Session{}, err
+		}
+		sess.LastSeenAt = t
+	}
+	u, err := s.users.ByID(ctx, sess.UserID)
+	if errors.Is(err, ErrUserNotFound) {
+		return User{}, Session{}, ErrInvalidSession
+	}
+	return u, sess, err
+}
+
+// Me returns the signed-in user; ErrUserGone if the account was deleted.
+func (s *Service) Me(ctx context.Context, userID string) (User, error) {
+	u, err := s.users.ByID(ctx, userID)
+	if errors.Is(err, ErrUserNotFound) {
+		return User{}, ErrUserGone
+	}
+	return u, err
+}
+
+// PasswordChange is the password property of a self-edit.
+type PasswordChange struct {
+	Old *string
+	New *string
+}
+
+// SelfPatch is what a user may change about themselves; nil is unchanged.
+type SelfPatch struct {
+	Email     *string
+	FullName  *string
+	Sector    *string
+	AvatarURL *string
+	Password  *PasswordChange
+}
+
+// NewSession is a session opened by an operation other than sign-in.
+type NewSession struct {
+	Secret  string
+	Session Session
+}
+
+// UpdateSelf edits the caller. A password change needs the old password,
+// ends every session of the user and opens a new one for the caller, which
+// is returned.
+func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, *NewSession, error) {
+	if p.Email == nil && p.FullName == nil && p.Sector == nil && p.AvatarURL == nil && p.Password == nil {
+		return User{}, nil, ErrEmptyPatch
+	}
+	var up UserPatch
+	if err := s.validatePatch(&up, p.Email, p.FullName, p.Sector, p.AvatarURL, nil); err != nil {
+		return User{}, nil, err
+	}
+	if p.Password != nil {
+		if p.Password.Old == nil || *p.Password.Old == "" {
+			return User{}, nil, invalid("password.old", "missing_field", "password.old is required to change the password")
+		}
+		if p.Password.New == nil {
+			return User{}, nil, invalid("password.new", "missing_field", "password.new is required to change the password")
+		}
+		if err := validatePassword("password.new", *p.Password.New); err != nil {
+			return User{}, nil, err
+		}
+		if len(*p.Password.Old) > password.MaxLength {
+			return User{}, nil, ErrWrongPassword
+		}
+	}
+	u, err := s.Me(ctx, c.UserID)
+	if err != nil {
+		return User{}, nil, err
+	}
+	if p.Password != nil {
+		// Guessing the current password through a stolen session counts
+		// against the account like failed sign-ins.
+		acct := accountKey(NormalizeEmail(u.Email))
+		if _, err := s.checkThrottle(ctx, []string{acct}); err != nil {
+			return User{}, nil, err
+		}
+		ok, _, err := s.hasher.Verify(ctx, *p.Password.Old, u.PasswordHash)
+		if err != nil && !errors.Is(err, password.ErrMalformedHash) {
+			return User{}, nil, err
+		}
+		if !ok {
+			if s.cfg.Account.Max > 0 {
+				if err := s.throttle.Fail(ctx, acct, s.cfg.Account, s.now()); err != nil {
+					return User{}, nil, err
+				}
+			}
+			return User{}, nil, ErrWrongPassword
+		}
+		h, err := s.hasher.Hash(ctx, *p.Password.New)
+		if err != nil {
+			return User{}, nil, err
+		}
+		up.PasswordHash = &h
+	}
+	u, err = s.users.Update(ctx, u.ID, up, s.now())
+	if errors.Is(err, ErrUserNotFound) {
+		return User{}, nil, ErrUserGone
+	}
+	if err != nil {
+		return User{}, nil, err
+	}
+	rev := Revocation{Users: []string{u.ID}}
+	var ns *NewSession
+	if up.PasswordHash != nil {
+		ended, err := s.sessions.DeleteByUser(ctx, u.ID, "")
+		if err != nil {
+			return User{}, nil, err
+		}
+		rev.Sessions = ended
+		secret, sess, err := s.newSession(ctx, u.ID, c.Client)
+		if err != nil {
+			s.pub.Revoked(ctx, rev)
+			return User{}, nil, err
+		}
+		ns = &NewSession{Secret: secret, Session: sess}
+	}
+	s.pub.Revoked(ctx, rev)
+	return u, ns, nil
+}
+
+// validatePatch checks and normalises the shared editable fields into up.
+func (s *Service) validatePatch(up *UserPatch, email, fullName, sector, avatarURL, edv *string) error {
+	if email != nil {
+		v, err := validateEmail("email", *email)
+		if err != nil {
+			return err
+		}
+		up.Email = &v
+	}
+	if fullName != nil {
+		v, err := validateText("fullName", *fullName, maxName, true)
+		if err != nil {
+			return err
+		}
+		up.FullName = &v
+	}
+	if sector != nil {
+		v, err := validateText("sector", *sector, maxSector, false)
+		if err != nil {
+			return err
+		}
+		up.Sector = &v
+	}
+	if avatarURL != nil {
+		v, err := validateURL("avatarUrl", *avatarURL)
+		if err != nil {
+			return err
+		}
+		up.AvatarURL = &v
+	}
+	if edv != nil {
+		v, err := validateText("edv", *edv, maxEDV, true)
+		if err != nil {
+			return err
+		}
+		up.EDV = &v
+	}
+	return nil
+}
+
+// SignOut ends the caller's session.
+func (s *Service) SignOut(ctx context.Context, c Caller) error {
+	return s.EndSession(ctx, c.UserID, c.SessionID)
+}
+
+// Sessions lists a user's live sessions, newest first.
+func (s *Service) Sessions(ctx context.Context, userID string) ([]Session, error) {
+	all, err := s.sessions.ListByUser(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	t := s.now()
+	live := all[:0]
+	for _, sess := range all {
+		if !s.expired(sess, t) {
+			live = append(live, sess)
+		}
+	}
+	return live, nil
+}
+
+// EndSession ends one of userID's sessions by public id; ErrSessionNotFound.
+func (s *Service) EndSession(ctx context.Context, userID, publicID string) error {
+	if publicID == "" {
+		return ErrSessionNotFound
+	}
+	sess, err := s.sessions.ByPublicID(ctx, userID, publicID)
+	if err != nil {
+		return err
+	}
+	if err := s.sessions.Delete(ctx, sess.ID); err != nil {
+		return err
+	}
+	s.pub.Revoked(ctx, Revocation{Sessions: []string{sess.ID}})
+	return nil
+}
+
+// EndOtherSessions ends every session of the caller but the current one.
+func (s *Service) EndOtherSessions(ctx context.Context, c Caller) (int, error) {
+	var keep string
+	if c.SessionID != "" {
+		sess, err := s.sessions.ByPublicID(ctx, c.UserID, c.SessionID)
+		switch {
+		case err == nil:
+			keep = sess.ID
+		case !errors.Is(err, ErrSessionNotFound):
+			return 0, err
+		}
+	}
+	ended, err := s.sessions.DeleteByUser(ctx, c.UserID, keep)
+	if err != nil {
+		return 0, err
+	}
+	if len(ended) > 0 {
+		s.pub.Revoked(ctx, Revocation{Sessions: ended})
+	}
+	return len(ended), nil
+}
+
+// Sweep deletes expired sessions and forgotten throttle state. Every replica
+// may run it: deletes are idempotent.
+func (s *Service) Sweep(ctx context.Context) error {
+	t := s.now()
+	n, err := s.sessions.DeleteExpired(ctx, t, t.Add(-s.cfg.SessionIdle))
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		s.log.Info("expired sessions swept", "count", n)
+	}
+	return s.throttle.Forget(ctx, t.Add(-s.cfg.ThrottleForget))
+}
