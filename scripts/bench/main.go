@@ -1,0 +1,142 @@
+// Command bench is `make bench`: it starts real servers and the platform's
+// four processes, then measures each target side by side with its raw limit
+// in the same run, and prints ratios. Nothing here is a timed assertion.
+//
+// BENCH_ONLY=auth,files,logs selects sections; BENCH_SECONDS sets the length
+// of each timed phase (default 8).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/acme/platform/pkg/embedded"
+	"github.com/acme/platform/scripts/stack"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// env is the running benchmark environment.
+type env struct {
+	ctx     context.Context
+	p       *stack.Platform
+	sec     stack.Secrets
+	servers stack.Servers
+	mongo   *mongo.Client
+	seconds time.Duration
+	out     io.Writer
+	results []result
+}
+
+type result struct {
+	section, name, value, target string
+}
+
+func (e *env) report(section, name, value, target string) {
+	e.results = append(e.results, result{section, name, value, target})
+	fmt.Fprintf(e.out, "  %-58s %s\n", name, value)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer) error {
+	secs, _ := strconv.Atoi(os.Getenv("BENCH_SECONDS"))
+	if secs <= 0 {
+		secs = 8
+	}
+	only := map[string]bool{}
+	for _, s := range strings.Split(os.Getenv("BENCH_ONLY"), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			only[s] = true
+		}
+	}
+	want := func(s string) bool { return len(only) == 0 || only[s] }
+
+	tmp, err := os.MkdirTemp("", "acme-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	ns, err := embedded.NATS(filepath.Join(tmp, "nats"), "127.0.0.1", 0)
+	if err != nil {
+		return err
+	}
+	defer ns.Shutdown()
+	mdb, err := embedded.FerretDB(filepath.Join(tmp, "mongo"), "127.0.0.1:0", nil)
+	if err != nil {
+		return err
+	}
+	defer mdb.Stop()
+	mongoURL := mdb.URI
+	if u := os.Getenv("MONGO_URL"); u != "" {
+		mongoURL = u
+	}
+	mi, err := embedded.StartMinIO(ctx, embedded.MinIOOptions{Dir: filepath.Join(tmp, "minio"), AccessKey: "bench", SecretKey: stack.Secret(16), Log: out})
+	if err != nil {
+		return err
+	}
+	defer mi.Stop()
+	fmt.Fprintln(out, "building services...")
+	bins, err := stack.Build(ctx, filepath.Join(tmp, "bin"), false)
+	if err != nil {
+		return err
+	}
+	sec, err := stack.NewSecrets("admin@bench.local", "")
+	if err != nil {
+		return err
+	}
+	servers := stack.Servers{MongoURL: mongoURL, MongoDB: "bench", NATSURL: ns.ClientURL(), SubjectPrefix: "bench",
+		S3Endpoint: mi.Endpoint, S3Access: mi.AccessKey, S3Secret: mi.SecretKey, S3Bucket: "bench-files"}
+	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Out: io.Discard,
+		Env: map[string]string{"AUTH_COOKIE_SECURE": "false", "AUTH_THROTTLE_ACCOUNT_MAX": "1000000", "AUTH_THROTTLE_ADDRESS_MAX": "1000000"}},
+		servers, sec)
+	if err != nil {
+		return err
+	}
+	defer p.Stop(10 * time.Second)
+	mc, err := mongo.Connect(options.Client().ApplyURI(mongoURL))
+	if err != nil {
+		return err
+	}
+	defer mc.Disconnect(context.Background())
+
+	e := &env{ctx: ctx, p: p, sec: sec, servers: servers, mongo: mc, seconds: time.Duration(secs) * time.Second, out: out}
+	sections := []struct {
+		name string
+		fn   func(*env) error
+	}{{"auth", benchAuth}, {"files", benchFiles}, {"logs", benchLogs}}
+	for _, s := range sections {
+		if !want(s.name) {
+			continue
+		}
+		fmt.Fprintf(out, "\n== %s\n", s.name)
+		if err := s.fn(e); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	fmt.Fprintln(out, "\n== summary (one machine, one run)")
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "section\tmeasure\tvalue\ttarget")
+	for _, r := range e.results {
+		if r.target != "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.section, r.name, r.value, r.target)
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,208 @@
+// Package files is the domain of the files service: file and image records,
+// the rules for who may read them, and the upload flow that keeps object
+// storage and records consistent (object first, record after; no orphans).
+//
+// It declares the ports it needs (Store for records, ObjectStore for bytes,
+// LogPublisher for notable events); adapters live in mongostore and s3store.
+package files
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"strings"
+	"time"
+)
+
+// Kind tells how a record was uploaded and so how it is served.
+type Kind string
+
+const (
+	// KindFile was uploaded through POST /upload/file and is downloaded as an
+	// attachment by its readers.
+	KindFile Kind = "file"
+	// KindImage was re-encoded by POST /upload/image and is served publicly
+	// at its own URL.
+	KindImage Kind = "image"
+)
+
+// EncodingGzip is the stored encoding of compressible files.
+const EncodingGzip = "gzip"
+
+// File is one stored object and what we know about it.
+type File struct {
+	ID        string
+	Kind      Kind
+	Owner     string // user id of the uploader
+	Type      string // MIME type sniffed from the content
+	Key       string // object key in the bucket; generated, never user input
+	Name      string // original file name, cleaned
+	Meta      *string
+	Size      int64  // bytes of the content as uploaded (images: as re-encoded)
+	SHA256    string // hex digest of those bytes
+	Encoding  string // "" (stored as is) or EncodingGzip
+	Stored    int64  // bytes of the stored object (differs from Size when gzip)
+	Width     int    // images only
+	Height    int    // images only
+	CreatedAt time.Time
+}
+
+// ETag is a strong validator of the content as uploaded.
+func (f *File) ETag() string { return `"` + f.SHA256 + `"` }
+
+// GzipETag is the validator of the gzip-encoded representation.
+func (f *File) GzipETag() string { return `"` + f.SHA256 + `-gzip"` }
+
+// Reader is who asks to read a record.
+type Reader struct {
+	UserID string // empty for anonymous callers
+	Admin  bool
+}
+
+// CanRead applies the access rule: uploader and admins, or every signed-in
+// user when readAll is set.
+func (f *File) CanRead(r Reader, readAll bool) bool {
+	if r.UserID == "" {
+		return false
+	}
+	return r.Admin || readAll || r.UserID == f.Owner
+}
+
+// Domain errors. Adapters wrap driver errors into these; the HTTP layer maps
+// them to statuses.
+var (
+	ErrNotFound      = errors.New("file not found")
+	ErrUnavailable   = errors.New("storage unavailable")
+	ErrTooLarge      = errors.New("upload exceeds the maximum size")
+	ErrEmpty         = errors.New("file is empty")
+	ErrConflict      = errors.New("id already taken")
+	ErrNotImage      = errors.New("content is not a JPEG, PNG, GIF or WebP image")
+	ErrImageTooLarge = errors.New("image dimensions exceed the pixel limit")
+	ErrBadImage      = errors.New("image data is corrupt")
+	ErrBusy          = errors.New("too many images being processed")
+)
+
+// SourceError means reading the client's upload failed (truncated or
+// malformed body, client gone): the client's fault, not storage's.
+type SourceError struct{ Err error }
+
+func (e *SourceError) Error() string { return "reading upload: " + e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// Store keeps file records.
+type Store interface {
+	Insert(ctx context.Context, f *File) error
+	// Get returns ErrNotFound for an unknown id.
+	Get(ctx context.Context, id string) (*File, error)
+	// ListByOwner returns up to limit records of owner, newest first, after
+	// skipping skip of them.
+	ListByOwner(ctx context.Context, owner string, skip, limit int) ([]*File, error)
+	// Existing returns which of ids have a record.
+	Existing(ctx context.Context, ids []string) (map[string]bool, error)
+}
+
+// Object is a stored object opened for reading.
+type Object struct {
+	Body io.ReadCloser
+	Size int64 // bytes Body yields
+}
+
+// ObjectInfo describes a listed object.
+type ObjectInfo struct {
+	Key          string
+	LastModified time.Time
+}
+
+// PutResult is what the object store reports after a put.
+type PutResult struct {
+	Size int64
+}
+
+// ObjectStore keeps file bytes.
+type ObjectStore interface {
+	// Put streams r to key until EOF (size -1 when unknown). It fails
+	// without leaving an object when r fails.
+	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) (PutResult, error)
+	// Get opens key, or the byte range [start, end] when end >= 0. It
+	// returns ErrNotFound for a missing key.
+	Get(ctx context.Context, key string, start, end int64) (*Object, error)
+	Remove(ctx context.Context, key string) error
+	// List yields the objects under prefix.
+	List(ctx context.Context, prefix string) iter.Seq2[ObjectInfo, error]
+}
+
+// LogEntry is a notable event. Type is the logs service's type: "log",
+// "error" or "db".
+type LogEntry struct {
+	Type string
+	Body string
+}
+
+// LogPublisher receives notable events. Today the app writes them to its
+// structured log; publishing them to the logs service over NATS plugs in here.
+type LogPublisher interface {
+	Publish(ctx context.Context, e LogEntry)
+}
+
+// NewID returns a random 128-bit id as 32 lower-case hex characters.
+func NewID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// ValidID reports whether s has the shape of an id; anything else is
+// answered like an unknown id, without a lookup.
+func ValidID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Key prefixes: every object this service writes lives under one of them.
+const (
+	filesPrefix  = "files/"
+	imagesPrefix = "images/"
+)
+
+// ObjectKey is the key of a new object: kind prefix, year and month of the
+// upload, and the record id. No user input reaches it.
+func ObjectKey(k Kind, id string, t time.Time) string {
+	p := filesPrefix
+	if k == KindImage {
+		p = imagesPrefix
+	}
+	return fmt.Sprintf("%s%04d/%02d/%s", p, t.UTC().Year(), int(t.UTC().Month()), id)
+}
+
+// IDFromKey returns the record id of a key this service generated, or false
+// for any other key (which the sweeper then leaves alone).
+func IDFromKey(key string) (string, bool) {
+	var rest string
+	switch {
+	case strings.HasPrefix(key, filesPrefix):
+		rest = key[len(filesPrefix):]
+	case strings.HasPrefix(key, imagesPrefix):
+		rest = key[len(imagesPrefix):]
+	default:
+		return "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || len(parts[0]) != 4 || len(parts[1]) != 2 || !ValidID(parts[2]) {
+		return "", false
+	}
+	return parts[2], true
+}

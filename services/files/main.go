@@ -1,0 +1,23 @@
+// Command files is the files service: it streams uploads into S3, keeps file
+// records in MongoDB, serves downloads and optimised images.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/acme/platform/services/files/internal/app"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := app.Run(ctx, os.Getenv, os.Stdout, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "files:", err)
+		stop()
+		os.Exit(1)
+	}
+}
