@@ -143,7 +143,7 @@ func EncodePublicKey(k ed25519.PublicKey) (string, error) {
 
 // ParsePrivateKey accepts PKCS#8 PEM or a base64 (std or URL) 32-byte seed.
 func ParsePrivateKey(s string) (ed25519.PrivateKey, error) {
-	s = strings.TrimSpace(s)
+	s = unescapePEM(s)
 	if b, _ := pem.Decode([]byte(s)); b != nil {
 		k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
 		if err != nil {
@@ -164,7 +164,7 @@ func ParsePrivateKey(s string) (ed25519.PrivateKey, error) {
 
 // ParsePublicKey accepts PKIX PEM or base64 of the 32 raw bytes.
 func ParsePublicKey(s string) (ed25519.PublicKey, error) {
-	s = strings.TrimSpace(s)
+	s = unescapePEM(s)
 	if b, _ := pem.Decode([]byte(s)); b != nil {
 		k, err := x509.ParsePKIXPublicKey(b.Bytes)
 		if err != nil {
@@ -190,4 +190,10 @@ func decodeB64(s string) ([]byte, error) {
 		}
 	}
 	return nil, errors.New("not base64")
+}
+
+// unescapePEM accepts PEM written on one line with literal \n, as env files
+// often carry it.
+func unescapePEM(s string) string {
+	return strings.TrimSpace(strings.ReplaceAll(s, `\n`, "\n"))
 }

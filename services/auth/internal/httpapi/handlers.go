@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -103,7 +104,7 @@ func (a *API) patchMe(c *fiber.Ctx) error {
 // DELETE /signout
 func (a *API) signOut(c *fiber.Ctx) error {
 	err := a.svc.SignOut(c.UserContext(), caller(c))
-	if err != nil && err != account.ErrSessionNotFound {
+	if err != nil && !errors.Is(err, account.ErrSessionNotFound) {
 		return apiError(c, err)
 	}
 	// Signing out of a session that has already ended still clears the
