@@ -1,0 +1,289 @@
+// Package app wires the auth service: configuration, MongoDB, NATS, the
+// account service, the bootstrap administrator, the session sweeper and the
+// HTTP server.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/acme/platform/pkg/config"
+	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/auth/internal/account"
+	"github.com/acme/platform/services/auth/internal/httpapi"
+	"github.com/acme/platform/services/auth/internal/mongostore"
+	"github.com/acme/platform/services/auth/internal/password"
+	"github.com/acme/platform/services/auth/internal/revocation"
+	"github.com/nats-io/nats.go"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// BodyLimit is the largest request body accepted (413 above).
+const BodyLimit = 64 << 10
+
+// Config is the service's configuration.
+type Config struct {
+	Addr            string
+	MongoURL        string
+	MongoDB         string
+	NATSURL         string
+	SubjectPrefix   string
+	IdentityKey     string
+	Credentials     []string
+	CookieSecure    bool
+	AdminEmail      string
+	AdminPassword   string
+	Argon2          password.Params
+	HashConcurrency int
+	Account         account.Config
+	SweepInterval   time.Duration
+	RequestTimeout  time.Duration
+	ShutdownTimeout time.Duration
+}
+
+// LoadConfig reads the configuration; see README.md for the table.
+func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
+	r := config.New("AUTH", getenv)
+	c := Config{
+		Addr:          r.Own("ADDR", "127.0.0.1:8081"),
+		MongoURL:      r.Secret("MONGO_URL", "mongodb://127.0.0.1:27017"),
+		MongoDB:       r.String("MONGO_DB", "acme"),
+		NATSURL:       r.String("NATS_URL", "nats://127.0.0.1:4222"),
+		SubjectPrefix: r.String("NATS_SUBJECT_PREFIX", "acme"),
+		IdentityKey:   r.String("IDENTITY_PUBLIC_KEY", ""),
+		CookieSecure:  r.Bool("COOKIE_SECURE", true),
+		AdminEmail:    r.String("ADMIN_EMAIL", "admin@acme.local"),
+		AdminPassword: r.Secret("ADMIN_PASSWORD", ""),
+	}
+	for _, s := range []string{r.Secret("SERVICE_CREDENTIALS", ""), r.Secret("SERVICE_CREDENTIAL", "")} {
+		for _, v := range strings.Split(s, ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				c.Credentials = append(c.Credentials, v)
+			}
+		}
+	}
+	mem := r.Int("ARGON2_MEMORY_KIB", int(password.OWASP.MemoryKiB))
+	tm := r.Int("ARGON2_TIME", int(password.OWASP.Time))
+	th := r.Int("ARGON2_THREADS", int(password.OWASP.Threads))
+	c.HashConcurrency = r.Int("HASH_CONCURRENCY", runtime.NumCPU())
+	c.Account = account.Config{
+		SessionTTL:    r.Duration("SESSION_TTL", 7*24*time.Hour),
+		SessionIdle:   r.Duration("SESSION_IDLE", 24*time.Hour),
+		TouchInterval: r.Duration("SESSION_TOUCH_INTERVAL", time.Minute),
+		Account: account.ThrottleRule{
+			Max:    r.Int("THROTTLE_ACCOUNT_MAX", 5),
+			Window: r.Duration("THROTTLE_ACCOUNT_WINDOW", 15*time.Minute),
+		},
+		Address: account.ThrottleRule{
+			Max:    r.Int("THROTTLE_ADDRESS_MAX", 50),
+			Window: r.Duration("THROTTLE_ADDRESS_WINDOW", 15*time.Minute),
+		},
+		ThrottleForget: r.Duration("THROTTLE_FORGET", 24*time.Hour),
+	}
+	lock := r.Duration("THROTTLE_LOCK", time.Minute)
+	lockMax := r.Duration("THROTTLE_LOCK_MAX", time.Hour)
+	c.Account.Account.Lock, c.Account.Account.LockMax = lock, lockMax
+	c.Account.Address.Lock, c.Account.Address.LockMax = lock, lockMax
+	c.SweepInterval = r.Duration("SESSION_SWEEP_INTERVAL", 10*time.Minute)
+	c.RequestTimeout = r.Duration("REQUEST_TIMEOUT", 30*time.Second)
+	c.ShutdownTimeout = r.Duration("SHUTDOWN_TIMEOUT", 10*time.Second)
+	if err := r.Err(); err != nil {
+		return c, r, err
+	}
+
+	var problems []string
+	if mem < 8 || mem > math.MaxUint32 || tm < 1 || tm > math.MaxUint32 || th < 1 || th > 255 {
+		problems = append(problems, "AUTH_ARGON2_MEMORY_KIB, AUTH_ARGON2_TIME, AUTH_ARGON2_THREADS out of range")
+	} else {
+		c.Argon2 = password.Params{MemoryKiB: uint32(mem), Time: uint32(tm), Threads: uint8(th), SaltLen: 16, KeyLen: 32}
+		if err := c.Argon2.Validate(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if c.IdentityKey == "" {
+		problems = append(problems, "IDENTITY_PUBLIC_KEY is required")
+	}
+	if len(c.Credentials) == 0 {
+		problems = append(problems, "no service credential: set AUTH_SERVICE_CREDENTIALS or SERVICE_CREDENTIAL")
+	}
+	if c.HashConcurrency < 1 {
+		problems = append(problems, "AUTH_HASH_CONCURRENCY must be at least 1")
+	}
+	if c.Account.SessionTTL <= 0 || c.Account.SessionIdle <= 0 || c.Account.TouchInterval <= 0 || c.SweepInterval <= 0 {
+		problems = append(problems, "session durations must be positive")
+	}
+	if lock <= 0 || lockMax < lock {
+		problems = append(problems, "AUTH_THROTTLE_LOCK must be positive and at most AUTH_THROTTLE_LOCK_MAX")
+	}
+	if c.Account.Account.Window <= 0 || c.Account.Address.Window <= 0 {
+		problems = append(problems, "throttle windows must be positive")
+	}
+	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 {
+		problems = append(problems, "AUTH_REQUEST_TIMEOUT and AUTH_SHUTDOWN_TIMEOUT must be positive")
+	}
+	if len(problems) > 0 {
+		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
+	}
+	return c, r, nil
+}
+
+// Run starts the service and serves until ctx ends. ready, if set, receives
+// the bound address once the server listens.
+func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
+	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("svc", "auth")
+	cfg, r, err := LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	r.Log(log)
+	pub, err := identity.ParsePublicKey(cfg.IdentityKey)
+	if err != nil {
+		return err
+	}
+	for _, c := range cfg.Credentials {
+		if len(c) < 16 {
+			log.Warn("a service credential is shorter than 16 characters; use long random values")
+			break
+		}
+	}
+
+	// MongoDB
+	mc, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURL).
+		SetServerSelectionTimeout(5 * time.Second).SetTimeout(10 * time.Second).SetAppName("acme-auth"))
+	if err != nil {
+		return fmt.Errorf("mongo: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = mc.Disconnect(dctx)
+	}()
+	if err := pingMongo(ctx, mc); err != nil {
+		return err
+	}
+	db := mc.Database(cfg.MongoDB)
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = mongostore.EnsureIndexes(ictx, db)
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	// NATS: only for revocation events. The service runs without it (the
+	// readiness check reports it) and reconnects forever.
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("acme-auth"), nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }))
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	if !nc.IsConnected() {
+		log.Warn("nats not reachable yet; revocations are logged until it is", "url", cfg.NATSURL)
+	}
+
+	hasher, err := password.NewHasher(cfg.Argon2, cfg.HashConcurrency)
+	if err != nil {
+		return err
+	}
+	svc := account.NewService(mongostore.NewUsers(db), mongostore.NewSessions(db), mongostore.NewThrottle(db),
+		hasher, revocation.NewPublisher(nc, cfg.SubjectPrefix, log), cfg.Account, log)
+
+	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	created, generated, err := svc.EnsureAdmin(bctx, cfg.AdminEmail, cfg.AdminPassword)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("bootstrap admin %s: %w", cfg.AdminEmail, err)
+	}
+	if created {
+		log.Info("administrator created", "email", cfg.AdminEmail)
+		if generated != "" {
+			fmt.Fprintf(stdout, "initial admin password for %s: %s\n", cfg.AdminEmail, generated)
+		}
+	}
+
+	app := web.NewApp(web.Options{Name: "auth", Log: log, BodyLimit: BodyLimit})
+	web.Health(app, map[string]func(context.Context) error{
+		"mongo": func(ctx context.Context) error { return mc.Ping(ctx, nil) },
+		"nats": func(context.Context) error {
+			if !nc.IsConnected() {
+				return errors.New("not connected")
+			}
+			return nil
+		},
+	})
+	if err := httpapi.Register(app, svc, identity.NewVerifier(pub, "auth"), httpapi.Options{
+		CookieSecure:       cfg.CookieSecure,
+		ServiceCredentials: cfg.Credentials,
+		RequestTimeout:     cfg.RequestTimeout,
+	}); err != nil {
+		return err
+	}
+
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		sweep(sweepCtx, svc, cfg.SweepInterval, log)
+	}()
+
+	log.Info("listening", "addr", cfg.Addr)
+	err = web.Serve(ctx, app, cfg.Addr, cfg.ShutdownTimeout, ready)
+	stopSweep()
+	<-sweepDone
+	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
+		log.Warn("nats drain", "err", derr)
+	}
+	log.Info("stopped")
+	return err
+}
+
+func pingMongo(ctx context.Context, mc *mongo.Client) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := mc.Ping(pctx, nil)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("mongo ping: %w", err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// sweep deletes expired sessions every interval (with jitter so replicas
+// started together spread out). Deletes are idempotent, so replicas do not
+// need to coordinate.
+func sweep(ctx context.Context, svc *account.Service, interval time.Duration, log *slog.Logger) {
+	for {
+		wait := interval/2 + rand.N(interval/2+1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := svc.Sweep(sctx); err != nil && ctx.Err() == nil {
+			log.Warn("session sweep failed", "err", err)
+		}
+		cancel()
+	}
+}

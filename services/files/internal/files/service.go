@@ -1,0 +1,458 @@
+package files
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/acme/platform/services/files/internal/imaging"
+	"github.com/klauspost/compress/gzip"
+)
+
+// Config holds the service's rules and limits.
+type Config struct {
+	MaxUpload        int64         // bytes of one uploaded file
+	ReadAll          bool          // every signed-in user may read every file
+	ImageMaxBytes    int64         // bytes of one uploaded image, before re-encoding
+	ImageConcurrency int           // images decoded and re-encoded at once
+	ImageWait        time.Duration // how long an image waits for a re-encode slot
+	Image            imaging.Options
+}
+
+// ErrIsImage is returned when a file download names an image: images are
+// served at their own public URL.
+var ErrIsImage = errors.New("the id refers to an image, served at its own URL")
+
+// Service runs uploads, reads, listings and the orphan sweep.
+type Service struct {
+	store   Store
+	objects ObjectStore
+	log     LogPublisher
+	cfg     Config
+	sem     chan struct{}
+	now     func() time.Time
+}
+
+// NewService wires the service. pub may be nil.
+func NewService(store Store, objects ObjectStore, pub LogPublisher, cfg Config) *Service {
+	if cfg.ImageConcurrency <= 0 {
+		cfg.ImageConcurrency = 1
+	}
+	if pub == nil {
+		pub = nopPublisher{}
+	}
+	return &Service{
+		store:   store,
+		objects: objects,
+		log:     pub,
+		cfg:     cfg,
+		sem:     make(chan struct{}, cfg.ImageConcurrency),
+		now:     time.Now,
+	}
+}
+
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(context.Context, LogEntry) {}
+
+// Pending is an object fully stored but not yet recorded. Exactly one of
+// Commit or Discard must follow; Discard after Commit does nothing, so
+// callers defer Discard.
+type Pending struct {
+	File File
+	svc  *Service
+	done bool
+}
+
+// sourceReader remembers the first failure of the client's stream, so a
+// failed put can be blamed on the client or on storage.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// limitedReader fails with ErrTooLarge once more than n bytes come.
+type limitedReader struct {
+	r io.Reader
+	n int64 // bytes still allowed
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return 0, ErrTooLarge
+	}
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.n < 0 {
+		return n, ErrTooLarge
+	}
+	return n, err
+}
+
+// hashingReader hashes and counts what passes through.
+type hashingReader struct {
+	r io.Reader
+	h hash.Hash
+	n int64
+}
+
+func (h *hashingReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if n > 0 {
+		h.h.Write(p[:n])
+		h.n += int64(n)
+	}
+	return n, err
+}
+
+var gzipWriters = sync.Pool{New: func() any {
+	w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+	return w
+}}
+
+// StoreFile streams src into object storage: content type sniffed from the
+// first bytes, size and SHA-256 computed on the way, compressible content
+// gzip-compressed. Nothing is buffered beyond the object store's part
+// buffer. On error no object remains.
+func (s *Service) StoreFile(ctx context.Context, src io.Reader) (*Pending, error) {
+	id := NewID()
+	now := s.now().UTC().Truncate(time.Millisecond)
+	key := ObjectKey(KindFile, id, now)
+
+	sr := &sourceReader{r: &limitedReader{r: src, n: s.cfg.MaxUpload}}
+	hr := &hashingReader{r: sr, h: sha256.New()}
+
+	head := make([]byte, 512)
+	n, err := io.ReadFull(hr, head)
+	switch {
+	case err == io.EOF:
+		return nil, ErrEmpty
+	case err != nil && err != io.ErrUnexpectedEOF:
+		return nil, s.blame(sr, err)
+	}
+	head = head[:n]
+	ctype := http.DetectContentType(head)
+	body := io.MultiReader(bytes.NewReader(head), hr)
+
+	var res PutResult
+	encoding := ""
+	if Compressible(ctype) {
+		encoding = EncodingGzip
+		res, err = s.putGzip(ctx, key, body)
+	} else {
+		res, err = s.objects.Put(ctx, key, body, -1, ctype)
+	}
+	if err != nil {
+		return nil, s.blame(sr, err)
+	}
+	if sr.err != nil { // cannot happen: Put read to EOF; kept as a guard
+		s.remove(key)
+		return nil, s.blame(sr, sr.err)
+	}
+	return &Pending{svc: s, File: File{
+		ID:        id,
+		Kind:      KindFile,
+		Type:      ctype,
+		Key:       key,
+		Size:      hr.n,
+		SHA256:    hex.EncodeToString(hr.h.Sum(nil)),
+		Encoding:  encoding,
+		Stored:    res.Size,
+		CreatedAt: now,
+	}}, nil
+}
+
+// putGzip compresses body on the fly into the object store.
+func (s *Service) putGzip(ctx context.Context, key string, body io.Reader) (PutResult, error) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zw := gzipWriters.Get().(*gzip.Writer)
+		zw.Reset(pw)
+		_, err := io.Copy(zw, body)
+		if err == nil {
+			err = zw.Close()
+		}
+		zw.Reset(nil)
+		gzipWriters.Put(zw)
+		pw.CloseWithError(err) // nil: the reader sees EOF
+	}()
+	res, err := s.objects.Put(ctx, key, pr, -1, "application/gzip")
+	pr.CloseWithError(errors.New("upload ended")) // unblock the compressor if Put stopped early
+	<-done
+	return res, err
+}
+
+// blame returns the client's error when the source failed, else err.
+func (s *Service) blame(sr *sourceReader, err error) error {
+	if sr.err != nil {
+		if errors.Is(sr.err, ErrTooLarge) {
+			return ErrTooLarge
+		}
+		return &SourceError{Err: sr.err}
+	}
+	return err
+}
+
+// StoreImage reads an image (at most ImageMaxBytes), checks it is a JPEG,
+// PNG, GIF or WebP whose header dimensions are within the pixel limit,
+// re-encodes it (orientation applied, metadata dropped, resized) under the
+// concurrency cap, and stores the result.
+func (s *Service) StoreImage(ctx context.Context, src io.Reader) (*Pending, error) {
+	sr := &sourceReader{r: &limitedReader{r: src, n: s.cfg.ImageMaxBytes}}
+	data, err := io.ReadAll(sr)
+	if err != nil {
+		return nil, s.blame(sr, err)
+	}
+	if len(data) == 0 {
+		return nil, ErrEmpty
+	}
+	if _, ok := imaging.Sniff(data); !ok {
+		return nil, ErrNotImage
+	}
+	if err := imaging.Check(data, s.cfg.Image); err != nil {
+		return nil, imageError(err)
+	}
+
+	wait := time.NewTimer(s.cfg.ImageWait)
+	defer wait.Stop()
+	select {
+	case s.sem <- struct{}{}:
+	case <-wait.C:
+		return nil, ErrBusy
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out, err := imaging.Process(data, s.cfg.Image)
+	<-s.sem
+	data = nil
+	if err != nil {
+		return nil, imageError(err)
+	}
+
+	id := NewID()
+	now := s.now().UTC().Truncate(time.Millisecond)
+	key := ObjectKey(KindImage, id, now)
+	sum := sha256.Sum256(out.Data)
+	res, err := s.objects.Put(ctx, key, bytes.NewReader(out.Data), int64(len(out.Data)), out.Type)
+	if err != nil {
+		return nil, err
+	}
+	return &Pending{svc: s, File: File{
+		ID:        id,
+		Kind:      KindImage,
+		Type:      out.Type,
+		Key:       key,
+		Size:      int64(len(out.Data)),
+		SHA256:    hex.EncodeToString(sum[:]),
+		Stored:    res.Size,
+		Width:     out.Width,
+		Height:    out.Height,
+		CreatedAt: now,
+	}}, nil
+}
+
+func imageError(err error) error {
+	switch {
+	case errors.Is(err, imaging.ErrNotImage):
+		return ErrNotImage
+	case errors.Is(err, imaging.ErrTooManyPixels):
+		return fmt.Errorf("%w: %v", ErrImageTooLarge, err)
+	case errors.Is(err, imaging.ErrCorrupt):
+		return fmt.Errorf("%w: %v", ErrBadImage, err)
+	}
+	return err
+}
+
+// Commit records the stored object for owner. If the record cannot be
+// written the object is removed, unless the record turns out to exist after
+// all (an ambiguous write) or the store cannot tell: then the sweeper decides
+// later, with the store reachable.
+func (p *Pending) Commit(ctx context.Context, owner, name string, meta *string) (*File, error) {
+	if p.done {
+		return nil, errors.New("pending upload already settled")
+	}
+	f := p.File
+	f.Owner = owner
+	f.Name = CleanName(name)
+	f.Meta = meta
+	if err := p.svc.store.Insert(ctx, &f); err != nil {
+		p.done = true
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if got, gerr := p.svc.store.Get(cctx, f.ID); gerr == nil && got.Key == f.Key {
+			return got, nil
+		} else if errors.Is(gerr, ErrNotFound) {
+			p.svc.remove(f.Key)
+		} else {
+			p.svc.log.Publish(ctx, LogEntry{Type: "error", Body: "record of " + f.Key + " unknown after a failed insert; left to the sweeper"})
+		}
+		return nil, err
+	}
+	p.done = true
+	p.svc.log.Publish(ctx, LogEntry{Type: "log", Body: fmt.Sprintf("stored %s %s (%d bytes, %s) for %s", f.Kind, f.ID, f.Size, f.Type, owner)})
+	return &f, nil
+}
+
+// Discard removes the stored object unless the upload was committed.
+func (p *Pending) Discard() {
+	if p == nil || p.done {
+		return
+	}
+	p.done = true
+	p.svc.remove(p.File.Key)
+}
+
+// remove deletes an object on a fresh context: the request's may be done.
+func (s *Service) remove(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.objects.Remove(ctx, key); err != nil {
+		s.log.Publish(ctx, LogEntry{Type: "error", Body: "removing " + key + " failed (the sweeper will retry): " + err.Error()})
+	}
+}
+
+// Get returns a record the reader may see; ErrNotFound for malformed ids,
+// unknown ids and other people's files alike.
+func (s *Service) Get(ctx context.Context, id string, r Reader) (*File, error) {
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	f, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !f.CanRead(r, s.cfg.ReadAll) {
+		return nil, ErrNotFound
+	}
+	return f, nil
+}
+
+// Download returns a file the reader may download. Image ids give
+// ErrIsImage whoever asks: images are public at their own URL anyway.
+func (s *Service) Download(ctx context.Context, id string, r Reader) (*File, error) {
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	f, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if f.Kind == KindImage {
+		return nil, ErrIsImage
+	}
+	if !f.CanRead(r, s.cfg.ReadAll) {
+		return nil, ErrNotFound
+	}
+	return f, nil
+}
+
+// Image returns a public image record; ErrNotFound for anything else.
+func (s *Service) Image(ctx context.Context, id string) (*File, error) {
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	f, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if f.Kind != KindImage {
+		return nil, ErrNotFound
+	}
+	return f, nil
+}
+
+// Open opens the stored bytes of f, or the byte range [start, end] of them
+// when end >= 0.
+func (s *Service) Open(ctx context.Context, f *File, start, end int64) (*Object, error) {
+	return s.objects.Get(ctx, f.Key, start, end)
+}
+
+// List returns one page (from 1) of owner's records, newest first, and
+// whether more follow.
+func (s *Service) List(ctx context.Context, owner string, page, limit int) ([]*File, bool, error) {
+	out, err := s.store.ListByOwner(ctx, owner, (page-1)*limit, limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(out) > limit
+	if more {
+		out = out[:limit]
+	}
+	return out, more, nil
+}
+
+// Sweep removes objects this service wrote that are older than age and have
+// no record: leftovers of uploads whose clean-up failed. Several replicas may
+// sweep at once: the test is the same everywhere and removal is idempotent.
+// An object whose record cannot be checked is kept.
+func (s *Service) Sweep(ctx context.Context, age time.Duration) (int, error) {
+	cutoff := s.now().Add(-age)
+	removed := 0
+	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		ids := make([]string, len(batch))
+		for i, k := range batch {
+			ids[i], _ = IDFromKey(k)
+		}
+		have, err := s.store.Existing(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for i, k := range batch {
+			if have[ids[i]] {
+				continue
+			}
+			if err := s.objects.Remove(ctx, k); err != nil {
+				return err
+			}
+			removed++
+			s.log.Publish(ctx, LogEntry{Type: "log", Body: "swept orphan object " + k})
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for _, prefix := range []string{filesPrefix, imagesPrefix} {
+		for info, err := range s.objects.List(ctx, prefix) {
+			if err != nil {
+				return removed, err
+			}
+			if info.LastModified.After(cutoff) {
+				continue
+			}
+			if _, ok := IDFromKey(info.Key); !ok {
+				continue
+			}
+			batch = append(batch, info.Key)
+			if len(batch) >= 200 {
+				if err := flush(); err != nil {
+					return removed, err
+				}
+			}
+		}
+	}
+	return removed, flush()
+}

@@ -1,0 +1,253 @@
+// Package imaging re-encodes uploaded images for display: it recognises
+// JPEG, PNG, GIF and WebP by their content, refuses decompression bombs from
+// the header dimensions before decoding, applies the EXIF orientation, drops
+// every piece of metadata, bounds the longest side and encodes JPEG (opaque
+// images) or PNG (PNG sources and anything with transparency).
+package imaging
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/draw"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+
+	xdraw "golang.org/x/image/draw"
+	"golang.org/x/image/webp"
+)
+
+// Format is a recognised input format.
+type Format string
+
+// Input formats.
+const (
+	JPEG Format = "jpeg"
+	PNG  Format = "png"
+	GIF  Format = "gif"
+	WebP Format = "webp"
+)
+
+// Errors.
+var (
+	ErrNotImage      = errors.New("not a JPEG, PNG, GIF or WebP image")
+	ErrTooManyPixels = errors.New("image has too many pixels")
+	ErrCorrupt       = errors.New("image data is corrupt")
+)
+
+// Options bound and tune re-encoding.
+type Options struct {
+	MaxPixels   int64 // width*height allowed in the header
+	MaxSide     int   // longest side of the output
+	JPEGQuality int   // 1..100
+}
+
+// Result is a re-encoded image.
+type Result struct {
+	Data   []byte
+	Type   string // image/jpeg or image/png
+	Width  int
+	Height int
+}
+
+// Sniff recognises the format from the magic bytes.
+func Sniff(b []byte) (Format, bool) {
+	switch {
+	case len(b) >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF:
+		return JPEG, true
+	case len(b) >= 8 && string(b[:8]) == "\x89PNG\r\n\x1a\n":
+		return PNG, true
+	case len(b) >= 6 && (string(b[:6]) == "GIF87a" || string(b[:6]) == "GIF89a"):
+		return GIF, true
+	case len(b) >= 12 && string(b[:4]) == "RIFF" && string(b[8:12]) == "WEBP":
+		return WebP, true
+	}
+	return "", false
+}
+
+func decodeConfig(f Format, b []byte) (image.Config, error) {
+	r := bytes.NewReader(b)
+	switch f {
+	case JPEG:
+		return jpeg.DecodeConfig(r)
+	case PNG:
+		return png.DecodeConfig(r)
+	case GIF:
+		return gif.DecodeConfig(r)
+	default:
+		return webp.DecodeConfig(r)
+	}
+}
+
+func decode(f Format, b []byte) (image.Image, error) {
+	r := bytes.NewReader(b)
+	switch f {
+	case JPEG:
+		return jpeg.Decode(r)
+	case PNG:
+		return png.Decode(r)
+	case GIF:
+		return gif.Decode(r) // first frame; animation is dropped
+	default:
+		return webp.Decode(r)
+	}
+}
+
+// Check reads only the header: the format must be known and the declared
+// dimensions within o.MaxPixels. It is what stands between a small upload
+// and a huge allocation.
+func Check(b []byte, o Options) error {
+	_, _, err := check(b, o)
+	return err
+}
+
+func check(b []byte, o Options) (Format, image.Config, error) {
+	f, ok := Sniff(b)
+	if !ok {
+		return "", image.Config{}, ErrNotImage
+	}
+	cfg, err := decodeConfig(f, b)
+	if err != nil {
+		return f, cfg, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return f, cfg, fmt.Errorf("%w: %dx%d", ErrCorrupt, cfg.Width, cfg.Height)
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > o.MaxPixels {
+		return f, cfg, fmt.Errorf("%w: %dx%d is over %d pixels", ErrTooManyPixels, cfg.Width, cfg.Height, o.MaxPixels)
+	}
+	return f, cfg, nil
+}
+
+// Process re-encodes b. See the package comment for the rules.
+func Process(b []byte, o Options) (Result, error) {
+	f, cfg, err := check(b, o)
+	if err != nil {
+		return Result{}, err
+	}
+	orientation := Orientation(f, b)
+	src, err := decode(f, b)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if sb := src.Bounds(); sb.Dx() > cfg.Width || sb.Dy() > cfg.Height {
+		return Result{}, fmt.Errorf("%w: decoded size differs from the header", ErrCorrupt)
+	}
+	asPNG := f == PNG || !opaque(src)
+
+	img := resize(src, o.MaxSide)
+	if orientation > 1 {
+		img = orient(toRGBA(img), orientation)
+	}
+
+	var buf bytes.Buffer
+	res := Result{Width: img.Bounds().Dx(), Height: img.Bounds().Dy()}
+	if asPNG {
+		res.Type = "image/png"
+		enc := png.Encoder{CompressionLevel: png.DefaultCompression}
+		err = enc.Encode(&buf, img)
+	} else {
+		res.Type = "image/jpeg"
+		q := o.JPEGQuality
+		if q < 1 || q > 100 {
+			q = 82
+		}
+		err = jpeg.Encode(&buf, img, &jpeg.Options{Quality: q})
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res.Data = buf.Bytes()
+	return res, nil
+}
+
+// opaque reports whether every pixel is fully opaque.
+func opaque(img image.Image) bool {
+	if o, ok := img.(interface{ Opaque() bool }); ok {
+		return o.Opaque()
+	}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			if _, _, _, a := img.At(x, y).RGBA(); a != 0xffff {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// resize scales img so its longest side is at most max (never up).
+func resize(img image.Image, max int) image.Image {
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
+	if max <= 0 || (w <= max && h <= max) {
+		return img
+	}
+	nw, nh := max, max
+	if w >= h {
+		nh = int((int64(h)*int64(max) + int64(w)/2) / int64(w))
+	} else {
+		nw = int((int64(w)*int64(max) + int64(h)/2) / int64(h))
+	}
+	nw, nh = atLeast1(nw), atLeast1(nh)
+	dst := image.NewRGBA(image.Rect(0, 0, nw, nh))
+	xdraw.CatmullRom.Scale(dst, dst.Bounds(), img, b, xdraw.Src, nil)
+	return dst
+}
+
+func atLeast1(n int) int {
+	if n < 1 {
+		return 1
+	}
+	return n
+}
+
+func toRGBA(img image.Image) *image.RGBA {
+	if r, ok := img.(*image.RGBA); ok && r.Bounds().Min == (image.Point{}) {
+		return r
+	}
+	b := img.Bounds()
+	dst := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+	draw.Draw(dst, dst.Bounds(), img, b.Min, draw.Src)
+	return dst
+}
+
+// orient turns an image stored with EXIF orientation o (2..8) upright.
+func orient(src *image.RGBA, o int) *image.RGBA {
+	w, h := src.Bounds().Dx(), src.Bounds().Dy()
+	dw, dh := w, h
+	if o >= 5 {
+		dw, dh = h, w
+	}
+	dst := image.NewRGBA(image.Rect(0, 0, dw, dh))
+	for sy := 0; sy < h; sy++ {
+		row := src.Pix[sy*src.Stride : sy*src.Stride+4*w]
+		for sx := 0; sx < w; sx++ {
+			var dx, dy int
+			switch o {
+			case 2:
+				dx, dy = w-1-sx, sy
+			case 3:
+				dx, dy = w-1-sx, h-1-sy
+			case 4:
+				dx, dy = sx, h-1-sy
+			case 5:
+				dx, dy = sy, sx
+			case 6:
+				dx, dy = h-1-sy, sx
+			case 7:
+				dx, dy = h-1-sy, w-1-sx
+			case 8:
+				dx, dy = sy, w-1-sx
+			default:
+				dx, dy = sx, sy
+			}
+			i := dy*dst.Stride + 4*dx
+			copy(dst.Pix[i:i+4], row[4*sx:4*sx+4])
+		}
+	}
+	return dst
+}
