@@ -38,11 +38,14 @@ func NewApp(o Options) *fiber.App {
 		DisableStartupMessage: true,
 		BodyLimit:             o.BodyLimit,
 		StreamRequestBody:     o.Stream,
-		ReadTimeout:           60 * time.Second,
-		WriteTimeout:          0, // downloads may be long; idle timeout bounds idle keep-alives
-		IdleTimeout:           90 * time.Second,
-		ReadBufferSize:        16 << 10,
-		ErrorHandler:          ErrorHandler(o.Log),
+		// With streaming on, fasthttp would still read a whole multipart body
+		// of known length before the handler unless told not to.
+		DisablePreParseMultipartForm: o.Stream,
+		ReadTimeout:                  60 * time.Second,
+		WriteTimeout:                 0, // downloads may be long; idle timeout bounds idle keep-alives
+		IdleTimeout:                  90 * time.Second,
+		ReadBufferSize:               16 << 10,
+		ErrorHandler:                 ErrorHandler(o.Log),
 	})
 	app.Use(RequestIDs, AccessLog(o.Log))
 	return app

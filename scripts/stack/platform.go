@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/acme/platform/pkg/identity"
@@ -66,7 +67,7 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 	p := &Platform{Procs: map[string]*Proc{}}
 	addrs := map[string]string{}
 	for _, name := range Services {
-		if name == "gateway" && o.GatewayAddr != "" {
+		if name == "gateway" && o.GatewayAddr != "" && !strings.HasSuffix(o.GatewayAddr, ":0") {
 			addrs[name] = o.GatewayAddr
 			continue
 		}

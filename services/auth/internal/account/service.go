@@ -15,11 +15,11 @@ import (
 
 // Config are the service's policies.
 type Config struct {
-	SessionTTL    time.Duration // absolute lifetime
-	SessionIdle   time.Duration // idle timeout
-	TouchInterval time.Duration // lastSeenAt is written at most this often
-	Account       ThrottleRule  // failures per e-mail
-	Address       ThrottleRule  // failures per client address
+	SessionTTL     time.Duration // absolute lifetime
+	SessionIdle    time.Duration // idle timeout
+	TouchInterval  time.Duration // lastSeenAt is written at most this often
+	Account        ThrottleRule  // failures per e-mail
+	Address        ThrottleRule  // failures per client address
 	ThrottleForget time.Duration // a quiet key is forgotten after this
 }
 

@@ -36,6 +36,7 @@ type Config struct {
 	Addr            string
 	MongoURL        string
 	MongoDB         string
+	MongoTimeout    time.Duration
 	NATSURL         string
 	SubjectPrefix   string
 	IdentityKey     string
@@ -94,6 +95,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	lockMax := r.Duration("THROTTLE_LOCK_MAX", time.Hour)
 	c.Account.Account.Lock, c.Account.Account.LockMax = lock, lockMax
 	c.Account.Address.Lock, c.Account.Address.LockMax = lock, lockMax
+	c.MongoTimeout = r.Duration("MONGO_SELECT_TIMEOUT", 5*time.Second)
 	c.SweepInterval = r.Duration("SESSION_SWEEP_INTERVAL", 10*time.Minute)
 	c.RequestTimeout = r.Duration("REQUEST_TIMEOUT", 30*time.Second)
 	c.ShutdownTimeout = r.Duration("SHUTDOWN_TIMEOUT", 10*time.Second)
@@ -128,8 +130,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	if c.Account.Account.Window <= 0 || c.Account.Address.Window <= 0 {
 		problems = append(problems, "throttle windows must be positive")
 	}
-	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 {
-		problems = append(problems, "AUTH_REQUEST_TIMEOUT and AUTH_SHUTDOWN_TIMEOUT must be positive")
+	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 || c.MongoTimeout <= 0 {
+		problems = append(problems, "AUTH_REQUEST_TIMEOUT, AUTH_SHUTDOWN_TIMEOUT and AUTH_MONGO_SELECT_TIMEOUT must be positive")
 	}
 	if len(problems) > 0 {
 		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
@@ -159,7 +161,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	// MongoDB
 	mc, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURL).
-		SetServerSelectionTimeout(5 * time.Second).SetTimeout(10 * time.Second).SetAppName("acme-auth"))
+		SetServerSelectionTimeout(cfg.MongoTimeout).SetTimeout(10 * time.Second).SetAppName("acme-auth"))
 	if err != nil {
 		return fmt.Errorf("mongo: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/acme/platform/services/auth/internal/account"
@@ -28,7 +29,7 @@ func EnsureIndexes(ctx context.Context, db *mongo.Database) error {
 	specs := map[string][]mongo.IndexModel{
 		UsersCollection: {
 			{Keys: bson.D{{Key: "emailLower", Value: 1}}, Options: options.Index().SetUnique(true).SetName("emailLower_unique")},
-			{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("createdAt")},
+			{Keys: bson.D{{Key: "createdAt", Value: 1}}, Options: options.Index().SetName("createdAt")},
 		},
 		SessionsCollection: {
 			{Keys: bson.D{{Key: "userId", Value: 1}}, Options: options.Index().SetName("userId")},
@@ -37,12 +38,27 @@ func EnsureIndexes(ctx context.Context, db *mongo.Database) error {
 			{Keys: bson.D{{Key: "lastSeenAt", Value: 1}}, Options: options.Index().SetName("lastSeenAt")},
 		},
 	}
+	// One index per command: FerretDB 1.24 drops the connection (a panic on
+	// its side) when a createIndexes command with several indexes names
+	// indexes that all exist already, as on every restart.
 	for coll, models := range specs {
-		if _, err := db.Collection(coll).Indexes().CreateMany(ctx, models); err != nil {
-			return fmt.Errorf("create indexes on %s: %w", coll, err)
+		for _, m := range models {
+			if _, err := db.Collection(coll).Indexes().CreateOne(ctx, m); err != nil {
+				return fmt.Errorf("create indexes on %s: %w", coll, err)
+			}
 		}
 	}
 	return nil
+}
+
+// isDuplicate reports a unique-index violation. FerretDB 1.24 answers an
+// update (findAndModify) that breaks a unique index with an InternalError
+// carrying SQLite's message instead of code 11000, so both are recognised.
+func isDuplicate(err error) bool {
+	if err == nil {
+		return false
+	}
+	return mongo.IsDuplicateKeyError(err) || strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
 // Users is the account.UserStore on MongoDB.
@@ -86,7 +102,7 @@ func (s *Users) Create(ctx context.Context, u account.User) (account.User, error
 	d := toUserDoc(u)
 	d.ID = bson.NewObjectID()
 	if _, err := s.c.InsertOne(ctx, d); err != nil {
-		if mongo.IsDuplicateKeyError(err) {
+		if isDuplicate(err) {
 			return account.User{}, account.ErrEmailTaken
 		}
 		return account.User{}, err
@@ -159,7 +175,7 @@ func (s *Users) Update(ctx context.Context, id string, p account.UserPatch, now 
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return account.User{}, account.ErrUserNotFound
-	case mongo.IsDuplicateKeyError(err):
+	case isDuplicate(err):
 		return account.User{}, account.ErrEmailTaken
 	case err != nil:
 		return account.User{}, err

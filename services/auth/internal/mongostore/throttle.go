@@ -52,7 +52,13 @@ func (t *Throttle) Fail(ctx context.Context, key string, rule account.ThrottleRu
 	cutoff := now.Add(-rule.Window)
 	after := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	var d throttleDoc
+	// No upserts: FerretDB 1.24 lets a concurrent upsert overwrite an
+	// existing document. Insert, increment and window reset are separate
+	// single-document operations, retried until one applies.
 	for attempt := 0; ; attempt++ {
+		if attempt > 10 {
+			return errors.New("throttle: too much contention on " + key)
+		}
 		// A failure inside the current window counts.
 		err := t.c.FindOneAndUpdate(ctx,
 			bson.D{{Key: "_id", Value: key}, {Key: "windowStart", Value: bson.D{{Key: "$gt", Value: cutoff}}}},
@@ -63,19 +69,23 @@ func (t *Throttle) Fail(ctx context.Context, key string, rule account.ThrottleRu
 		if !errors.Is(err, mongo.ErrNoDocuments) {
 			return err
 		}
-		// No key or its window is over: start a new window. If another
-		// replica starts it first, the upsert's insert collides on _id and
-		// the increment above is tried again.
+		// The window is over: start a new one.
 		err = t.c.FindOneAndUpdate(ctx,
 			bson.D{{Key: "_id", Value: key}, {Key: "windowStart", Value: bson.D{{Key: "$lte", Value: cutoff}}}},
-			bson.D{
-				{Key: "$set", Value: bson.D{{Key: "failures", Value: 1}, {Key: "windowStart", Value: now}}},
-				{Key: "$setOnInsert", Value: bson.D{{Key: "lockedUntil", Value: time.Unix(0, 0).UTC()}, {Key: "lockouts", Value: 0}}},
-			}, options.FindOneAndUpdate().SetReturnDocument(options.After).SetUpsert(true)).Decode(&d)
+			bson.D{{Key: "$set", Value: bson.D{{Key: "failures", Value: 1}, {Key: "windowStart", Value: now}}}}, after).Decode(&d)
 		if err == nil {
 			break
 		}
-		if !mongo.IsDuplicateKeyError(err) || attempt >= 3 {
+		if !errors.Is(err, mongo.ErrNoDocuments) {
+			return err
+		}
+		// No state yet. If another replica inserts first, count again.
+		d = throttleDoc{ID: key, Failures: 1, WindowStart: now, LockedUntil: time.Unix(0, 0).UTC()}
+		_, err = t.c.InsertOne(ctx, d)
+		if err == nil {
+			break
+		}
+		if !isDuplicate(err) {
 			return err
 		}
 	}

@@ -456,3 +456,6 @@ func (s *Service) Sweep(ctx context.Context, age time.Duration) (int, error) {
 	}
 	return removed, flush()
 }
+
+// MaxPixels is the image pixel limit in force.
+func (s *Service) MaxPixels() int64 { return s.cfg.Image.MaxPixels }

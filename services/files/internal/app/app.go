@@ -1,0 +1,242 @@
+// Package app wires the files service: configuration, MongoDB, S3, the
+// orphan sweeper and the HTTP server.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/acme/platform/pkg/config"
+	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/files/internal/files"
+	"github.com/acme/platform/services/files/internal/httpapi"
+	"github.com/acme/platform/services/files/internal/imaging"
+	"github.com/acme/platform/services/files/internal/mongostore"
+	"github.com/acme/platform/services/files/internal/s3store"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Config is the service's configuration.
+type Config struct {
+	Addr             string
+	MongoURL         string
+	MongoDB          string
+	S3               s3store.Options
+	IdentityKey      string
+	PublicBaseURL    string
+	MaxUpload        int64
+	MaxMeta          int
+	ReadAll          bool
+	ImageMaxBytes    int64
+	ImageMaxPixels   int64
+	ImageMaxSide     int
+	ImageQuality     int
+	ImageConcurrency int
+	ImageWait        time.Duration
+	ReadIdle         time.Duration
+	SweepInterval    time.Duration
+	SweepAge         time.Duration
+	ShutdownGrace    time.Duration
+}
+
+// LoadConfig reads FILES_* and the shared settings.
+func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
+	r := config.New("FILES", getenv)
+	c := Config{
+		Addr:     r.Own("ADDR", "127.0.0.1:8082"),
+		MongoURL: r.Secret("MONGO_URL", "mongodb://127.0.0.1:27017"), // may carry a password
+		MongoDB:  r.String("MONGO_DB", "acme"),
+		S3: s3store.Options{
+			Endpoint:      r.String("S3_ENDPOINT", "127.0.0.1:9000"),
+			AccessKey:     r.String("S3_ACCESS_KEY", ""),
+			SecretKey:     r.Secret("S3_SECRET_KEY", ""),
+			Bucket:        r.String("S3_BUCKET", "acme-files"),
+			UseTLS:        r.Bool("S3_USE_TLS", false),
+			PartSize:      uint64(r.Int64("S3_PART_SIZE", 8<<20)),
+			UploadThreads: uint(r.Int("S3_UPLOAD_THREADS", 2)),
+		},
+		IdentityKey:      r.String("IDENTITY_PUBLIC_KEY", ""),
+		PublicBaseURL:    r.String("PUBLIC_BASE_URL", "http://127.0.0.1:8080"),
+		MaxUpload:        r.Int64("MAX_UPLOAD", 1<<30),
+		MaxMeta:          r.Int("MAX_META", 4096),
+		ReadAll:          r.Bool("READ_ALL", false),
+		ImageMaxBytes:    r.Int64("IMAGE_MAX_BYTES", 20<<20),
+		ImageMaxPixels:   r.Int64("IMAGE_MAX_PIXELS", 40_000_000),
+		ImageMaxSide:     r.Int("IMAGE_MAX_SIDE", 2048),
+		ImageQuality:     r.Int("IMAGE_QUALITY", 82),
+		ImageConcurrency: r.Int("IMAGE_CONCURRENCY", 2),
+		ImageWait:        r.Duration("IMAGE_WAIT", 30*time.Second),
+		ReadIdle:         r.Duration("READ_IDLE_TIMEOUT", 60*time.Second),
+		SweepInterval:    r.Duration("SWEEP_INTERVAL", 15*time.Minute),
+		SweepAge:         r.Duration("SWEEP_AGE", time.Hour),
+		ShutdownGrace:    r.Duration("SHUTDOWN_GRACE", 20*time.Second),
+	}
+	err := r.Err()
+	var problems []string
+	if c.IdentityKey == "" {
+		problems = append(problems, "IDENTITY_PUBLIC_KEY is required")
+	}
+	if c.MaxUpload <= 0 || c.ImageMaxBytes <= 0 || c.MaxMeta < 0 {
+		problems = append(problems, "FILES_MAX_UPLOAD and FILES_IMAGE_MAX_BYTES must be positive, FILES_MAX_META not negative")
+	}
+	if c.ImageMaxPixels <= 0 || c.ImageMaxSide <= 0 || c.ImageQuality < 1 || c.ImageQuality > 100 || c.ImageConcurrency < 1 {
+		problems = append(problems, "FILES_IMAGE_MAX_PIXELS, FILES_IMAGE_MAX_SIDE, FILES_IMAGE_CONCURRENCY must be positive, FILES_IMAGE_QUALITY 1..100")
+	}
+	if c.S3.PartSize < 5<<20 || c.S3.UploadThreads < 1 {
+		problems = append(problems, "FILES_S3_PART_SIZE must be at least 5MiB and FILES_S3_UPLOAD_THREADS at least 1")
+	}
+	if len(problems) > 0 {
+		err = errors.Join(err, fmt.Errorf("configuration: %v", problems))
+	}
+	return c, r, err
+}
+
+// Run starts the service and serves until ctx ends.
+func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
+	return run(ctx, getenv, stdout, ready, hooks{})
+}
+
+// hooks let tests wrap the stores (fault injection).
+type hooks struct {
+	store   func(files.Store) files.Store
+	objects func(files.ObjectStore) files.ObjectStore
+}
+
+func run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string), hk hooks) error {
+	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("svc", "files")
+	cfg, reader, err := LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	reader.Log(log)
+
+	pub, err := identity.ParsePublicKey(cfg.IdentityKey)
+	if err != nil {
+		return err
+	}
+	verifier := identity.NewVerifier(pub, "files")
+
+	// MongoDB
+	mc, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURL).
+		SetServerSelectionTimeout(5 * time.Second).
+		SetConnectTimeout(5 * time.Second))
+	if err != nil {
+		return fmt.Errorf("mongo: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = mc.Disconnect(dctx)
+	}()
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := mc.Ping(sctx, nil); err != nil {
+		return fmt.Errorf("mongo ping: %w", err)
+	}
+	records := mongostore.New(mc.Database(cfg.MongoDB))
+	if err := records.EnsureIndexes(sctx); err != nil {
+		return fmt.Errorf("mongo indexes: %w", err)
+	}
+
+	// S3
+	objects, err := s3store.New(cfg.S3)
+	if err != nil {
+		return err
+	}
+	if err := objects.EnsureBucket(sctx); err != nil {
+		return fmt.Errorf("s3 bucket %q: %w", cfg.S3.Bucket, err)
+	}
+
+	var store files.Store = records
+	var objStore files.ObjectStore = objects
+	if hk.store != nil {
+		store = hk.store(store)
+	}
+	if hk.objects != nil {
+		objStore = hk.objects(objStore)
+	}
+	svc := files.NewService(store, objStore, slogPublisher{log}, files.Config{
+		MaxUpload:        cfg.MaxUpload,
+		ReadAll:          cfg.ReadAll,
+		ImageMaxBytes:    cfg.ImageMaxBytes,
+		ImageConcurrency: cfg.ImageConcurrency,
+		ImageWait:        cfg.ImageWait,
+		Image: imaging.Options{
+			MaxPixels:   cfg.ImageMaxPixels,
+			MaxSide:     cfg.ImageMaxSide,
+			JPEGQuality: cfg.ImageQuality,
+		},
+	})
+
+	app := httpapi.New(httpapi.Options{
+		Log:           log,
+		Service:       svc,
+		Verifier:      verifier,
+		PublicBaseURL: cfg.PublicBaseURL,
+		MaxUpload:     cfg.MaxUpload,
+		MaxMeta:       cfg.MaxMeta,
+		ImageMaxBytes: cfg.ImageMaxBytes,
+		ReadIdle:      cfg.ReadIdle,
+		Checks: map[string]func(context.Context) error{
+			"mongo": func(ctx context.Context) error { return mc.Ping(ctx, nil) },
+			"s3":    objects.Ping,
+		},
+	})
+
+	var wg sync.WaitGroup
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer func() { stopSweep(); wg.Wait() }()
+	if cfg.SweepInterval > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sweep(sweepCtx, log, svc, cfg.SweepInterval, cfg.SweepAge)
+		}()
+	}
+
+	log.Info("listening", "addr", cfg.Addr)
+	err = web.Serve(ctx, app, cfg.Addr, cfg.ShutdownGrace, ready)
+	log.Info("stopped", "err", err)
+	return err
+}
+
+// sweep removes orphan objects now and then. The first run waits a random
+// part of the interval and every wait is jittered, so replicas started
+// together do not sweep in step (they could: removal is idempotent).
+func sweep(ctx context.Context, log *slog.Logger, svc *files.Service, every, age time.Duration) {
+	wait := time.Duration(rand.Int64N(int64(every)))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		n, err := svc.Sweep(ctx, age)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("orphan sweep failed", "err", err, "removed", n)
+		} else if n > 0 {
+			log.Info("orphan sweep", "removed", n)
+		}
+		wait = every - every/10 + time.Duration(rand.Int64N(int64(every/5)+1))
+	}
+}
+
+// slogPublisher writes log entries to the service log until they are
+// published to the logs service over NATS (see files.LogPublisher).
+type slogPublisher struct{ log *slog.Logger }
+
+func (p slogPublisher) Publish(ctx context.Context, e files.LogEntry) {
+	level := slog.LevelInfo
+	if e.Type == "error" {
+		level = slog.LevelError
+	}
+	p.log.Log(ctx, level, e.Body, "logType", e.Type)
+}

@@ -1,0 +1,156 @@
+// Package httpapi is the HTTP face of the files service: the spec's file
+// endpoints, the image endpoints and the owner's file list, on Fiber with
+// request bodies streamed (never buffered) and responses streamed from S3.
+package httpapi
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/files/internal/files"
+	"github.com/gofiber/fiber/v2"
+)
+
+// Options configure the HTTP layer.
+type Options struct {
+	Log           *slog.Logger
+	Service       *files.Service
+	Verifier      *identity.Verifier
+	PublicBaseURL string // absolute URLs in responses start with it
+	MaxUpload     int64  // bytes of one file
+	MaxMeta       int    // bytes of the meta field
+	ImageMaxBytes int64  // bytes of one image upload
+	// ReadIdle aborts an upload whose body makes no progress for this long.
+	ReadIdle time.Duration
+	// Checks are run by /readyz.
+	Checks map[string]func(context.Context) error
+}
+
+// multipartOverhead is what a form may add around the file and meta
+// contents: boundaries and part headers (a long file name included).
+const multipartOverhead = 64 << 10
+
+// New builds the Fiber app with every route.
+//
+// It configures Fiber itself rather than through web.NewApp because the
+// upload routes need DisablePreParseMultipartForm: without it fasthttp reads
+// a whole multipart body of known length into memory and temporary files
+// before the handler runs, even with StreamRequestBody on.
+func New(o Options) *fiber.App {
+	if o.ReadIdle <= 0 {
+		o.ReadIdle = 60 * time.Second
+	}
+	limit := o.MaxUpload
+	if o.ImageMaxBytes > limit {
+		limit = o.ImageMaxBytes
+	}
+	bodyLimit := limit + int64(o.MaxMeta) + multipartOverhead
+	if bodyLimit > math.MaxInt {
+		bodyLimit = math.MaxInt
+	}
+	app := fiber.New(fiber.Config{
+		AppName:                      "files",
+		DisableStartupMessage:        true,
+		BodyLimit:                    int(bodyLimit), // enforced by the handlers while streaming
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  60 * time.Second, // headers; uploads extend it while they progress
+		WriteTimeout:                 0,                // downloads may be long
+		IdleTimeout:                  90 * time.Second,
+		ReadBufferSize:               16 << 10,
+		ErrorHandler:                 web.ErrorHandler(o.Log),
+	})
+	app.Use(web.RequestIDs, web.AccessLog(o.Log), drainBody)
+
+	h := &handler{o: o, svc: o.Service, base: strings.TrimRight(o.PublicBaseURL, "/")}
+	web.Health(app, o.Checks)
+
+	ident := web.RequireIdentity(o.Verifier)
+	app.Post("/upload/file", ident, web.RequireUser, h.uploadFile)
+	app.Post("/upload/image", ident, web.RequireUser, h.uploadImage)
+	app.Get("/retrieve/file/:id", ident, web.RequireUser, h.retrieve)
+	app.Get("/download/file/:id", ident, web.RequireUser, h.download)
+	app.Get("/images/:id", ident, h.image) // public: any valid token, anonymous included
+	app.Get("/files", ident, web.RequireUser, h.list)
+	return app
+}
+
+type handler struct {
+	o    Options
+	svc  *files.Service
+	base string
+}
+
+// drainBody keeps keep-alive connections in step: a handler may answer
+// before reading the whole request body (an error, a refused upload). What is
+// left is read and dropped, up to a bound; past it the connection is closed
+// instead, so leftover bytes are never parsed as the next request.
+func drainBody(c *fiber.Ctx) error {
+	err := c.Next()
+	body := c.Context().RequestBodyStream()
+	if body == nil {
+		return err
+	}
+	if conn := c.Context().Conn(); conn != nil {
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	}
+	n, rerr := io.Copy(io.Discard, io.LimitReader(body, 256<<10))
+	if rerr != nil || n == 256<<10 {
+		c.Context().SetConnectionClose()
+	}
+	return err
+}
+
+// progressReader extends the connection's read deadline while the body
+// keeps coming: a slow but steady upload lives, a stalled one dies after
+// idle.
+type progressReader struct {
+	r    io.Reader
+	conn net.Conn
+	idle time.Duration
+	last time.Time
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	if p.conn != nil {
+		if now := time.Now(); now.Sub(p.last) > time.Second {
+			_ = p.conn.SetReadDeadline(now.Add(p.idle))
+			p.last = now
+		}
+	}
+	return p.r.Read(b)
+}
+
+// countingLimit fails with files.ErrTooLarge past n bytes.
+type countingLimit struct {
+	r io.Reader
+	n int64
+}
+
+func (l *countingLimit) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return 0, files.ErrTooLarge
+	}
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.n < 0 {
+		return n, files.ErrTooLarge
+	}
+	return n, err
+}
+
+// dbContext bounds record operations; object transfers run on the
+// request's context without a deadline (a 1 GiB transfer takes a while).
+func dbContext(c *fiber.Ctx) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.UserContext(), 10*time.Second)
+}

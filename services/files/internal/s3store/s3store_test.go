@@ -1,0 +1,133 @@
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/services/files/internal/files"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	kit := testkit.Get(t)
+	s, err := New(Options{Endpoint: kit.S3Endpoint, AccessKey: kit.S3Access, SecretKey: kit.S3Secret,
+		Bucket: kit.Bucket(t), PartSize: 5 << 20, UploadThreads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureBucket(context.Background()); err != nil { // exists already: no error
+		t.Fatal(err)
+	}
+	return s
+}
+
+func keys(t *testing.T, s *Store) []string {
+	t.Helper()
+	var out []string
+	for o, err := range s.List(context.Background(), "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, o.Key)
+	}
+	return out
+}
+
+func TestPutGetRemove(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789"), 700_000) // 7 MB: two parts
+	for _, size := range []int64{-1, int64(len(data))} {
+		res, err := s.Put(ctx, "files/k", bytes.NewReader(data), size, "application/octet-stream")
+		if err != nil || res.Size != int64(len(data)) {
+			t.Fatalf("put (size %d): %v %+v", size, err, res)
+		}
+		obj, err := s.Get(ctx, "files/k", 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(obj.Body)
+		obj.Body.Close()
+		if !bytes.Equal(got, data) || obj.Size != int64(len(data)) {
+			t.Fatalf("get: %d bytes, size %d", len(got), obj.Size)
+		}
+	}
+	obj, err := s.Get(ctx, "files/k", 5, 14)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(obj.Body)
+	obj.Body.Close()
+	if string(got) != "5678901234" || obj.Size != 10 {
+		t.Fatalf("range: %q size %d", got, obj.Size)
+	}
+	if err := s.Remove(ctx, "files/k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx, "files/k"); err != nil {
+		t.Fatalf("removing a missing key: %v", err)
+	}
+	if _, err := s.Get(ctx, "files/k", 0, -1); !errors.Is(err, files.ErrNotFound) {
+		t.Fatalf("get missing: %v", err)
+	}
+}
+
+// failAfter yields n bytes then fails, like a client that goes away.
+type failAfter struct{ n int }
+
+func (f *failAfter) Read(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, errors.New("client went away")
+	}
+	if len(p) > f.n {
+		p = p[:f.n]
+	}
+	for i := range p {
+		p[i] = 'x'
+	}
+	f.n -= len(p)
+	return len(p), nil
+}
+
+func TestFailedPutLeavesNoObject(t *testing.T) {
+	s := newStore(t)
+	for _, n := range []int{0, 1000, 6 << 20, 11 << 20} { // before, inside, after the first parts
+		if _, err := s.Put(context.Background(), "files/broken", &failAfter{n: n}, -1, "x/y"); err == nil {
+			t.Fatalf("put of a failing reader (%d bytes) succeeded", n)
+		}
+		if k := keys(t, s); len(k) != 0 {
+			t.Fatalf("after a failed put of %d bytes: %v", n, k)
+		}
+	}
+	incomplete := 0
+	for range s.client.ListIncompleteUploads(context.Background(), s.bucket, "", true) {
+		incomplete++
+	}
+	if incomplete != 0 {
+		t.Fatalf("%d incomplete multipart uploads left", incomplete)
+	}
+}
+
+func TestUnreachableIsUnavailable(t *testing.T) {
+	s, err := New(Options{Endpoint: "127.0.0.1:1", AccessKey: "a", SecretKey: "bbbbbbbb", Bucket: "some-bucket", MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Put(ctx, "files/k", strings.NewReader("x"), 1, "text/plain"); !errors.Is(err, files.ErrUnavailable) {
+		t.Fatalf("put: %v", err)
+	}
+	if _, err := s.Get(ctx, "files/k", 0, -1); !errors.Is(err, files.ErrUnavailable) {
+		t.Fatalf("get: %v", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, files.ErrUnavailable) {
+		t.Fatalf("ping: %v", err)
+	}
+}

@@ -1,0 +1,71 @@
+// Command examplepublisher publishes log records to the logs service over
+// NATS JetStream with pkg/logclient, the way a service does:
+//
+//	go run ./cmd/examplepublisher -app SERVER-APP-A -type error -n 3 "disk almost full"
+//
+// NATS_URL and NATS_SUBJECT_PREFIX are read like the services read them.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/acme/platform/pkg/logclient"
+	"github.com/nats-io/nats.go"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "examplepublisher:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	app := flag.String("app", "SERVER-APP-A", "application name (one of the logs service's apps)")
+	typ := flag.String("type", "log", "log, error or db")
+	metrics := flag.String("metrics", "", "optional metricsId")
+	n := flag.Int("n", 1, "how many records")
+	flag.Parse()
+	body := strings.Join(flag.Args(), " ")
+	if body == "" {
+		body = "hello from examplepublisher"
+	}
+	url := envOr("NATS_URL", "nats://127.0.0.1:4222")
+	prefix := envOr("NATS_SUBJECT_PREFIX", "acme")
+
+	nc, err := nats.Connect(url, nats.Name("examplepublisher"), nats.MaxReconnects(-1))
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	c, err := logclient.New(nc, logclient.Options{Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	for i := range *n {
+		b := body
+		if *n > 1 {
+			b = fmt.Sprintf("%s (%d/%d)", body, i+1, *n)
+		}
+		c.Log(*app, *typ, b, *metrics)
+	}
+	// On shutdown: publish what is buffered, within a deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = c.Close(ctx)
+	st := c.Stats()
+	fmt.Printf("published %d, dropped %d, failed %d on %s\n", st.Published, st.Dropped, st.Failed, logclient.Subject(prefix, *app, *typ))
+	return err
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,245 @@
+// Package app wires the logs service together: configuration, MongoDB,
+// NATS JetStream ingestion, retention and the HTTP API.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/acme/platform/pkg/config"
+	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/logs/internal/httpapi"
+	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/mongostore"
+	"github.com/acme/platform/services/logs/internal/natsingest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Settings is the service's configuration.
+type Settings struct {
+	Addr, MongoURL, MongoDB, NATSURL, Prefix, PublicKey string
+	Org                                                 string
+	Apps                                                []string
+	MaxBody                                             int
+	HTTP                                                httpapi.Config
+	Ingest                                              natsingest.Config
+	IngestEnabled                                       bool
+	Retention, RetentionInterval, ShutdownGrace         time.Duration
+	SelfLog                                             bool
+}
+
+// Load reads the settings.
+func Load(getenv func(string) string) (Settings, *config.Reader, error) {
+	r := config.New("LOGS", getenv)
+	s := Settings{
+		Addr:      r.Own("ADDR", "127.0.0.1:8083"),
+		MongoURL:  r.Secret("MONGO_URL", "mongodb://127.0.0.1:27017"),
+		MongoDB:   r.String("MONGO_DB", "acme"),
+		NATSURL:   r.Secret("NATS_URL", "nats://127.0.0.1:4222"),
+		Prefix:    r.String("NATS_SUBJECT_PREFIX", "acme"),
+		PublicKey: r.String("IDENTITY_PUBLIC_KEY", ""),
+		Org:       r.Own("ORG", "ACME"),
+	}
+	s.Apps = r.List("APPS", "")
+	if len(s.Apps) == 0 {
+		s.Apps = logs.DefaultAppNames(s.Org)
+	}
+	s.MaxBody = int(r.Int64("MAX_BODY", 64<<10))
+	s.HTTP = httpapi.Config{
+		PageSize: r.Int("PAGE_SIZE", 50),
+		MaxLimit: r.Int("MAX_LIMIT", 500),
+		MaxPage:  r.Int("MAX_PAGE", 100000),
+	}
+	s.Ingest = natsingest.Config{
+		Prefix:       s.Prefix,
+		Consumer:     r.Own("CONSUMER", "logs-writer"),
+		BatchSize:    r.Int("BATCH", 500),
+		FetchWait:    r.Duration("FETCH_WAIT", 500*time.Millisecond),
+		AckWait:      r.Duration("ACK_WAIT", 30*time.Second),
+		MaxDeliver:   r.Int("MAX_DELIVER", 20),
+		Duplicates:   r.Duration("DUPLICATE_WINDOW", 2*time.Minute),
+		StreamMaxAge: r.Duration("STREAM_MAX_AGE", 168*time.Hour),
+		Replicas:     r.Int("STREAM_REPLICAS", 1),
+	}
+	s.IngestEnabled = r.Bool("INGEST", true)
+	s.Retention = r.Duration("RETENTION", 720*time.Hour)
+	s.RetentionInterval = r.Duration("RETENTION_INTERVAL", time.Hour)
+	s.ShutdownGrace = r.Duration("SHUTDOWN_GRACE", 10*time.Second)
+	s.SelfLog = r.Bool("SELF_LOG", true)
+	if err := r.Err(); err != nil {
+		return s, r, err
+	}
+	var problems []string
+	if s.PublicKey == "" {
+		problems = append(problems, "IDENTITY_PUBLIC_KEY is required")
+	}
+	if s.MaxBody < 1 {
+		problems = append(problems, "LOGS_MAX_BODY must be positive")
+	}
+	if s.HTTP.PageSize < 1 || s.HTTP.MaxLimit < s.HTTP.PageSize || s.HTTP.MaxPage < 1 {
+		problems = append(problems, "need 1 <= LOGS_PAGE_SIZE <= LOGS_MAX_LIMIT and LOGS_MAX_PAGE >= 1")
+	}
+	if s.Ingest.BatchSize < 1 || s.Ingest.MaxDeliver < 2 || s.Ingest.AckWait <= 0 || s.Ingest.FetchWait <= 0 {
+		problems = append(problems, "need LOGS_BATCH >= 1, LOGS_MAX_DELIVER >= 2, positive LOGS_ACK_WAIT and LOGS_FETCH_WAIT")
+	}
+	for _, a := range s.Apps {
+		if !logclient.ValidToken(a) {
+			problems = append(problems, fmt.Sprintf("app name %q cannot be a subject token", a))
+		}
+	}
+	if len(problems) > 0 {
+		return s, r, fmt.Errorf("configuration: %v", problems)
+	}
+	return s, r, nil
+}
+
+// Run starts the service and serves until ctx ends.
+func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
+	base := slog.NewJSONHandler(stdout, nil)
+	log := slog.New(base).With("svc", "logs")
+	s, r, err := Load(getenv)
+	if err != nil {
+		return err
+	}
+	r.Log(log)
+	pub, err := identity.ParsePublicKey(s.PublicKey)
+	if err != nil {
+		return err
+	}
+
+	mc, err := mongo.Connect(options.Client().ApplyURI(s.MongoURL).SetServerSelectionTimeout(10 * time.Second))
+	if err != nil {
+		return fmt.Errorf("mongo: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = mc.Disconnect(dctx)
+	}()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := mc.Ping(sctx, nil); err != nil {
+		return fmt.Errorf("mongo ping: %w", err)
+	}
+	store := mongostore.New(mc.Database(s.MongoDB))
+	if err := store.EnsureIndexes(sctx); err != nil {
+		return err
+	}
+	appList, err := store.EnsureApps(sctx, s.Apps)
+	if err != nil {
+		return fmt.Errorf("seed apps: %w", err)
+	}
+	apps := logs.NewApps(appList)
+	validator := logs.Validator{Apps: apps, MaxBody: s.MaxBody}
+
+	nc, err := nats.Connect(s.NATSURL, nats.Name("logs"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cons, err := natsingest.Setup(sctx, js, s.Ingest)
+	if err != nil {
+		return err
+	}
+
+	// Our own errors go to the log stream too, as app LOGGING.
+	var self *logclient.Client
+	if s.SelfLog {
+		if self, err = logclient.New(nc, logclient.Options{Prefix: s.Prefix, MaxBody: s.MaxBody, Logger: log}); err != nil {
+			return err
+		}
+		log = slog.New(&teeHandler{next: base, client: self, app: "LOGGING"}).With("svc", "logs")
+	}
+
+	api := &httpapi.API{
+		Store: store, Apps: apps, Validator: validator, Config: s.HTTP,
+		Verifier: identity.NewVerifier(pub, "logs"),
+		Checks: map[string]func(context.Context) error{
+			"mongo": store.Ping,
+			"nats": func(context.Context) error {
+				if !nc.IsConnected() {
+					return errors.New("nats not connected")
+				}
+				return nil
+			},
+		},
+	}
+	app := web.NewApp(web.Options{Name: "logs", Log: log, BodyLimit: s.MaxBody*6 + 64<<10})
+	api.Register(app)
+
+	bg, stopBG := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if s.IngestEnabled {
+		in := &natsingest.Ingestor{Consumer: cons, Store: store, Validator: validator, Config: s.Ingest, Log: log}
+		wg.Go(func() {
+			if err := in.Run(bg); err != nil {
+				log.Error("ingest stopped", "err", err)
+			}
+		})
+	}
+	wg.Go(func() { logs.RunRetention(bg, store, s.Retention, s.RetentionInterval, log) })
+
+	log.Info("listening", "addr", s.Addr)
+	serveErr := web.Serve(ctx, app, s.Addr, s.ShutdownGrace, ready)
+	stopBG()
+	wg.Wait()
+	if self != nil {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = self.Close(fctx)
+		cancel()
+	}
+	if err := nc.Drain(); err != nil {
+		log.Warn("nats drain", "err", err)
+	}
+	log.Info("stopped")
+	return serveErr
+}
+
+// teeHandler writes every record to next and publishes error-level ones to
+// the log stream through the log client (never blocking).
+type teeHandler struct {
+	next   slog.Handler
+	client *logclient.Client
+	app    string
+	attrs  []slog.Attr
+}
+
+func (h *teeHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h *teeHandler) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Level >= slog.LevelError {
+		body := rec.Message
+		add := func(a slog.Attr) bool {
+			body += " " + a.Key + "=" + a.Value.String()
+			return true
+		}
+		for _, a := range h.attrs {
+			add(a)
+		}
+		rec.Attrs(add)
+		h.client.Log(h.app, logclient.TypeError, body, "")
+	}
+	return h.next.Handle(ctx, rec)
+}
+
+func (h *teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &teeHandler{next: h.next.WithAttrs(as), client: h.client, app: h.app, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
+}
+
+func (h *teeHandler) WithGroup(name string) slog.Handler {
+	return &teeHandler{next: h.next.WithGroup(name), client: h.client, app: h.app, attrs: h.attrs}
+}

@@ -1,0 +1,181 @@
+// Package logs is the logs service's domain: log records tagged with a type
+// and a known application, the rules that make a record valid, and the
+// store the records live in.
+package logs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Record types.
+const (
+	TypeLog   = "log"
+	TypeError = "error"
+	TypeDB    = "db"
+)
+
+// Types are the accepted record types, in the order they are documented.
+var Types = []string{TypeLog, TypeError, TypeDB}
+
+// ValidType reports whether t is one of Types (case-sensitive).
+func ValidType(t string) bool { return slices.Contains(Types, t) }
+
+// MaxMetricsID bounds the metricsId length.
+const MaxMetricsID = 256
+
+// App is a known application.
+type App struct {
+	ID   string
+	Name string
+}
+
+// Record is one stored log record.
+type Record struct {
+	ID        string // time-ordered (ObjectID hex)
+	AppID     string
+	App       string // the app's name, kept for convenience
+	Type      string
+	LogBody   string
+	MetricsID string // "" when absent
+	CreatedAt time.Time
+	MsgID     string // idempotency key: the Nats-Msg-Id, or a fresh one for HTTP writes
+}
+
+// DeadLetter is a NATS message that can never become a record.
+type DeadLetter struct {
+	Key        string // "<stream>:<sequence>": one entry per stored message
+	Stream     string
+	Sequence   uint64
+	Subject    string
+	MsgID      string
+	Data       string // payload, truncated to MaxDeadLetterData
+	Reason     string
+	Deliveries uint64
+	ReceivedAt time.Time
+}
+
+// MaxDeadLetterData bounds the payload copy kept in a dead letter.
+const MaxDeadLetterData = 64 << 10
+
+// Query selects records, newest first.
+type Query struct {
+	Type      string
+	AppID     string    // "" = every app
+	MetricsID string    // "" = any
+	From, To  time.Time // zero = unbounded; From inclusive, To exclusive
+	Before    *Record   // cursor: only records older than this one
+	Skip      int
+	Limit     int
+}
+
+// Store keeps records, apps and dead letters.
+type Store interface {
+	// EnsureApps makes an App for every name (idempotent, safe when several
+	// replicas start at once) and returns them in the order of names.
+	EnsureApps(ctx context.Context, names []string) ([]App, error)
+	// Insert stores one record, giving it an ID, and returns it
+	// (ErrDuplicate if its MsgID exists).
+	Insert(ctx context.Context, r Record) (Record, error)
+	// InsertBatch stores records, skipping those whose MsgID exists. The
+	// returned slice has one entry per record: nil when stored or already
+	// present, the error otherwise. err is set when nothing can be said
+	// about individual records (the whole write failed).
+	InsertBatch(ctx context.Context, rs []Record) (perRecord []error, err error)
+	// Get returns a record by id (ErrNotFound).
+	Get(ctx context.Context, id string) (Record, error)
+	List(ctx context.Context, q Query) ([]Record, error)
+	// DeleteBefore removes records created before t and reports how many.
+	DeleteBefore(ctx context.Context, t time.Time) (int64, error)
+	AddDeadLetters(ctx context.Context, ds []DeadLetter) error
+	ListDeadLetters(ctx context.Context, skip, limit int) ([]DeadLetter, error)
+	Ping(ctx context.Context) error
+}
+
+// Errors.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrDuplicate = errors.New("duplicate message id")
+)
+
+// InvalidError says why a record is refused; Field names the culprit.
+type InvalidError struct {
+	Field string
+	Code  string
+	Msg   string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Msg }
+
+// UnknownAppError is returned for an app name that is not configured.
+type UnknownAppError struct {
+	Name  string
+	Known []App
+}
+
+func (e *UnknownAppError) Error() string { return fmt.Sprintf("unknown app %q", e.Name) }
+
+// Apps is the configured set of applications.
+type Apps struct {
+	list   []App
+	byName map[string]App
+}
+
+// NewApps indexes apps by name.
+func NewApps(list []App) *Apps {
+	a := &Apps{list: slices.Clone(list), byName: make(map[string]App, len(list))}
+	for _, x := range list {
+		a.byName[x.Name] = x
+	}
+	return a
+}
+
+// List returns the apps in configuration order.
+func (a *Apps) List() []App { return slices.Clone(a.list) }
+
+// Lookup finds an app by its exact (case-sensitive) name.
+func (a *Apps) Lookup(name string) (App, error) {
+	if x, ok := a.byName[name]; ok {
+		return x, nil
+	}
+	return App{}, &UnknownAppError{Name: name, Known: a.List()}
+}
+
+// DefaultAppNames returns the six default application names for org.
+func DefaultAppNames(org string) []string {
+	return []string{"LOGGING", org + "-S3", org + "-AUTH", "SERVER-APP-A", "SERVER-APP-B", "SERVER-APP-C"}
+}
+
+// Validator checks the fields of a new record.
+type Validator struct {
+	Apps    *Apps
+	MaxBody int
+}
+
+// Check validates a new record's fields and returns the record's App.
+func (v Validator) Check(app, typ, body, metricsID string) (App, error) {
+	a, err := v.Apps.Lookup(app)
+	if err != nil {
+		return App{}, err
+	}
+	if !ValidType(typ) {
+		return App{}, &InvalidError{Field: "type", Code: "invalid_type", Msg: "type must be one of " + strings.Join(Types, ", ")}
+	}
+	switch {
+	case body == "":
+		return App{}, &InvalidError{Field: "logBody", Code: "required", Msg: "logBody must not be empty"}
+	case len(body) > v.MaxBody:
+		return App{}, &InvalidError{Field: "logBody", Code: "too_long", Msg: fmt.Sprintf("logBody exceeds %d bytes", v.MaxBody)}
+	case !utf8.ValidString(body):
+		return App{}, &InvalidError{Field: "logBody", Code: "invalid_utf8", Msg: "logBody must be valid UTF-8"}
+	}
+	if len(metricsID) > MaxMetricsID {
+		return App{}, &InvalidError{Field: "metricsId", Code: "too_long", Msg: fmt.Sprintf("metricsId exceeds %d bytes", MaxMetricsID)}
+	}
+	return a, nil
+}

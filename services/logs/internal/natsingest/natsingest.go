@@ -1,0 +1,290 @@
+// Package natsingest moves log records from the JetStream stream into the
+// store: a durable pull consumer shared by every replica, batches written
+// with one unordered insert, acks only after the write, and poison messages
+// terminated and kept as dead letters.
+package natsingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config of the stream and the consumer.
+type Config struct {
+	Prefix       string        // NATS_SUBJECT_PREFIX
+	Consumer     string        // durable name, shared by the replicas
+	BatchSize    int           // messages per fetch and per insert
+	FetchWait    time.Duration // longest wait for a batch to fill
+	AckWait      time.Duration // first redelivery delay; BackOff grows from it
+	MaxDeliver   int           // deliveries before JetStream gives up
+	Duplicates   time.Duration // JetStream dedupe window on Nats-Msg-Id
+	StreamMaxAge time.Duration // how long the stream keeps messages
+	Replicas     int           // stream replicas (1 on a single server)
+}
+
+// StreamName is "<PREFIX>_LOGS".
+func StreamName(prefix string) string { return strings.ToUpper(prefix) + "_LOGS" }
+
+// BackOff returns the redelivery delays: AckWait doubling, at most 5
+// minutes, one fewer than MaxDeliver (JetStream requires it).
+func (c Config) BackOff() []time.Duration {
+	n := min(c.MaxDeliver-1, 8)
+	var out []time.Duration
+	d := c.AckWait
+	for range n {
+		out = append(out, d)
+		d = min(d*2, 5*time.Minute)
+	}
+	return out
+}
+
+// Setup creates or updates the stream and the durable consumer.
+func Setup(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Consumer, error) {
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName(c.Prefix),
+		Description: "log records published by services (pkg/logclient)",
+		Subjects:    []string{logclient.StreamSubjects(c.Prefix)},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      c.StreamMaxAge,
+		Duplicates:  c.Duplicates,
+		Replicas:    max(c.Replicas, 1),
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", StreamName(c.Prefix), err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, StreamName(c.Prefix), jetstream.ConsumerConfig{
+		Durable:       c.Consumer,
+		Description:   "logs service writer",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    c.MaxDeliver,
+		BackOff:       c.BackOff(),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: logclient.StreamSubjects(c.Prefix),
+		MaxAckPending: max(c.BatchSize*8, 1000),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", c.Consumer, err)
+	}
+	return cons, nil
+}
+
+// Ingestor writes the stream's messages to the store.
+type Ingestor struct {
+	Consumer  jetstream.Consumer
+	Store     logs.Store
+	Validator logs.Validator
+	Config    Config
+	Log       *slog.Logger
+
+	// afterWrite, when set (tests), runs after a batch is written and before
+	// it is acked; returning true abandons the batch unacked, as a crash
+	// at that point would.
+	afterWrite func(n int) bool
+}
+
+// Run consumes until ctx ends. A batch already fetched is finished (written
+// and acked) with a context of its own, so cancelling never leaves a
+// written batch waiting for a redelivery it does not need.
+func (in *Ingestor) Run(ctx context.Context) error {
+	fail := 0
+	for ctx.Err() == nil {
+		batch, err := in.Consumer.Fetch(in.Config.BatchSize, jetstream.FetchMaxWait(in.Config.FetchWait))
+		if err != nil {
+			fail++
+			in.Log.Warn("ingest: fetch failed", "err", err)
+			sleep(ctx, min(time.Duration(fail)*200*time.Millisecond, 5*time.Second))
+			continue
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			fail++
+			in.Log.Warn("ingest: fetch ended with error", "err", err, "messages", len(msgs))
+			if len(msgs) == 0 {
+				sleep(ctx, min(time.Duration(fail)*200*time.Millisecond, 5*time.Second))
+			}
+		} else {
+			fail = 0
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := in.process(ctx, msgs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type parsed struct {
+	msg    jetstream.Msg
+	record logs.Record
+	dead   *logs.DeadLetter
+}
+
+// process writes one batch. Poison messages are dead-lettered then
+// terminated; valid ones are inserted then acked. A store outage is retried
+// in place (the messages are kept alive with InProgress, so they do not burn
+// deliveries); on shutdown they are left for redelivery.
+func (in *Ingestor) process(ctx context.Context, msgs []jetstream.Msg) error {
+	var good []parsed
+	var dead []parsed
+	for _, m := range msgs {
+		p := in.parse(m)
+		if p.dead != nil {
+			dead = append(dead, p)
+		} else {
+			good = append(good, p)
+		}
+	}
+	if len(dead) > 0 {
+		ds := make([]logs.DeadLetter, len(dead))
+		for i, p := range dead {
+			ds[i] = *p.dead
+		}
+		if !in.retry(ctx, msgs, "dead letters", func(wctx context.Context) error { return in.Store.AddDeadLetters(wctx, ds) }) {
+			return nil
+		}
+		for _, p := range dead {
+			in.Log.Warn("ingest: poison message terminated", "subject", p.dead.Subject, "seq", p.dead.Sequence, "reason", p.dead.Reason)
+			_ = p.msg.TermWithReason(p.dead.Reason)
+		}
+	}
+	if len(good) == 0 {
+		return nil
+	}
+	rs := make([]logs.Record, len(good))
+	for i, p := range good {
+		rs[i] = p.record
+	}
+	var per []error
+	if !in.retry(ctx, msgs, "records", func(wctx context.Context) error {
+		var err error
+		per, err = in.Store.InsertBatch(wctx, rs)
+		return err
+	}) {
+		return nil
+	}
+	if in.afterWrite != nil && in.afterWrite(len(rs)) {
+		return nil
+	}
+	for i, p := range good {
+		if per[i] != nil {
+			// A document the server refused for a reason of its own; let
+			// JetStream redeliver it later (MaxDeliver bounds the attempts).
+			in.Log.Error("ingest: record refused by the store", "msgId", p.record.MsgID, "err", per[i])
+			_ = p.msg.NakWithDelay(in.Config.AckWait)
+			continue
+		}
+		_ = p.msg.Ack()
+	}
+	return nil
+}
+
+// retry runs write until it succeeds (true) or ctx ends (false, messages
+// left unacked for redelivery).
+func (in *Ingestor) retry(ctx context.Context, msgs []jetstream.Msg, what string, write func(context.Context) error) bool {
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := write(wctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		in.Log.Error("ingest: write failed, retrying", "what", what, "attempt", attempt, "err", err)
+		for _, m := range msgs {
+			_ = m.InProgress()
+		}
+		if !sleep(ctx, wait) {
+			return false
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// parse turns a message into a record or a dead letter.
+func (in *Ingestor) parse(m jetstream.Msg) parsed {
+	p := parsed{msg: m}
+	meta, _ := m.Metadata()
+	var seq, deliveries uint64
+	stored := time.Now()
+	stream := StreamName(in.Config.Prefix)
+	if meta != nil {
+		seq, deliveries, stored, stream = meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp, meta.Stream
+	}
+	msgID := m.Headers().Get(jetstream.MsgIDHeader)
+	poison := func(reason string) parsed {
+		data := string(m.Data())
+		if len(data) > logs.MaxDeadLetterData {
+			data = data[:logs.MaxDeadLetterData]
+		}
+		p.dead = &logs.DeadLetter{Key: fmt.Sprintf("%s:%d", stream, seq), Stream: stream, Sequence: seq, Subject: m.Subject(),
+			MsgID: msgID, Data: data, Reason: reason, Deliveries: deliveries, ReceivedAt: time.Now().UTC()}
+		return p
+	}
+	if msgID == "" || len(msgID) > 128 {
+		return poison("missing or oversized Nats-Msg-Id header")
+	}
+	// Subject: <prefix>.logs.<APP>.<type>
+	rest, ok := strings.CutPrefix(m.Subject(), in.Config.Prefix+".logs.")
+	parts := strings.Split(rest, ".")
+	if !ok || len(parts) != 2 {
+		return poison("subject is not <prefix>.logs.<APP>.<type>")
+	}
+	var msg logclient.Message
+	dec := json.NewDecoder(bytes.NewReader(m.Data()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&msg); err != nil {
+		return poison("payload is not a valid log message: " + err.Error())
+	}
+	if dec.More() {
+		return poison("payload has data after the JSON object")
+	}
+	if msg.App == "" {
+		msg.App = parts[0]
+	}
+	if msg.Type == "" {
+		msg.Type = parts[1]
+	}
+	if msg.App != parts[0] || msg.Type != parts[1] {
+		return poison("payload app/type differ from the subject")
+	}
+	app, err := in.Validator.Check(msg.App, msg.Type, msg.LogBody, msg.MetricsID)
+	if err != nil {
+		return poison(err.Error())
+	}
+	created := msg.CreatedAt
+	if created.IsZero() {
+		created = stored
+	}
+	p.record = logs.Record{AppID: app.ID, App: app.Name, Type: msg.Type, LogBody: msg.LogBody, MetricsID: msg.MetricsID,
+		CreatedAt: created.UTC().Truncate(time.Millisecond), MsgID: msgID}
+	return p
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

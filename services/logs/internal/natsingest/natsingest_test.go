@@ -1,0 +1,122 @@
+package natsingest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/mongostore"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// A consumer that dies after writing a batch and before acking it (a
+// crash) loses nothing and duplicates nothing: the batch is redelivered to
+// the next consumer and the unique message id makes the rewrite a no-op.
+func TestCrashBetweenWriteAndAck(t *testing.T) {
+	s := testkit.Get(t)
+	ctx := context.Background()
+	prefix := s.SubjectPrefix(t)
+	store := mongostore.New(s.Mongo.Database(s.Database(t)))
+	if err := store.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := store.EnsureApps(ctx, []string{"LOGGING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Prefix: prefix, Consumer: "logs-writer", BatchSize: 20, FetchWait: 100 * time.Millisecond,
+		AckWait: time.Second, MaxDeliver: 5, Duplicates: time.Minute, StreamMaxAge: time.Hour}
+	cons, err := Setup(ctx, s.JS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		data, _ := json.Marshal(logclient.Message{App: "LOGGING", Type: "log", LogBody: fmt.Sprint(i), CreatedAt: time.Now()})
+		m := &nats.Msg{Subject: logclient.Subject(prefix, "LOGGING", "log"), Data: data, Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprint("id-", i))
+		if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newIngestor := func() *Ingestor {
+		return &Ingestor{Consumer: cons, Store: store, Validator: logs.Validator{Apps: logs.NewApps(apps), MaxBody: 1024},
+			Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	}
+	count := func() int64 {
+		n, err := store.Logs().CountDocuments(ctx, bson.M{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// First consumer: acks one batch, writes the second and "crashes".
+	crashCtx, crash := context.WithCancel(ctx)
+	var batches atomic.Int32
+	first := newIngestor()
+	first.afterWrite = func(int) bool {
+		if batches.Add(1) == 2 {
+			crash()
+			return true
+		}
+		return false
+	}
+	if err := first.Run(crashCtx); err != nil {
+		t.Fatal(err)
+	}
+	written := count()
+	if written != 40 {
+		t.Fatalf("%d records written before the crash, want 40", written)
+	}
+	info, _ := cons.Info(ctx)
+	if info.NumAckPending != 20 {
+		t.Fatalf("%d messages awaiting ack after the crash, want 20", info.NumAckPending)
+	}
+
+	// Second consumer gets the rest, including the 20 written but unacked.
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- newIngestor().Run(runCtx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, _ = cons.Info(ctx)
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer not settled: %+v", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != n {
+		t.Fatalf("%d records, want exactly %d", got, n)
+	}
+}
+
+func TestBackOff(t *testing.T) {
+	c := Config{AckWait: 30 * time.Second, MaxDeliver: 20}
+	b := c.BackOff()
+	if len(b) != 8 || b[0] != 30*time.Second || b[7] != 5*time.Minute {
+		t.Fatalf("backoff %v", b)
+	}
+	if got := (Config{AckWait: time.Second, MaxDeliver: 3}).BackOff(); len(got) != 2 {
+		t.Fatalf("backoff %v, want len < MaxDeliver", got)
+	}
+}
