@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 // platform starts the whole platform for one test.
-func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secrets, *bytes.Buffer) {
+func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secrets, *syncBuffer) {
 	t.Helper()
 	buildOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -74,7 +74,7 @@ func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secre
 			t.Logf("service output:\n%s", logs.String())
 		}
 	})
-	return p, sec, &logs.Buffer
+	return p, sec, logs
 }
 
 type syncBuffer struct {

@@ -162,7 +162,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		if self, err = logclient.New(nc, logclient.Options{Prefix: s.Prefix, MaxBody: s.MaxBody, Logger: log}); err != nil {
 			return err
 		}
-		log = slog.New(&teeHandler{next: base, client: self, app: "LOGGING"}).With("svc", "logs")
+		log = slog.New(logclient.SlogHandler(base, self, "LOGGING")).With("svc", "logs")
 	}
 
 	api := &httpapi.API{
@@ -207,39 +207,4 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 	log.Info("stopped")
 	return serveErr
-}
-
-// teeHandler writes every record to next and publishes error-level ones to
-// the log stream through the log client (never blocking).
-type teeHandler struct {
-	next   slog.Handler
-	client *logclient.Client
-	app    string
-	attrs  []slog.Attr
-}
-
-func (h *teeHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
-
-func (h *teeHandler) Handle(ctx context.Context, rec slog.Record) error {
-	if rec.Level >= slog.LevelError {
-		body := rec.Message
-		add := func(a slog.Attr) bool {
-			body += " " + a.Key + "=" + a.Value.String()
-			return true
-		}
-		for _, a := range h.attrs {
-			add(a)
-		}
-		rec.Attrs(add)
-		h.client.Log(h.app, logclient.TypeError, body, "")
-	}
-	return h.next.Handle(ctx, rec)
-}
-
-func (h *teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &teeHandler{next: h.next.WithAttrs(as), client: h.client, app: h.app, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
-}
-
-func (h *teeHandler) WithGroup(name string) slog.Handler {
-	return &teeHandler{next: h.next.WithGroup(name), client: h.client, app: h.app, attrs: h.attrs}
 }
