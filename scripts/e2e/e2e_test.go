@@ -60,21 +60,32 @@ func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secre
 	}
 	env["AUTH_COOKIE_SECURE"] = "false"
 	logs := &syncBuffer{}
-	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Env: env, Out: logs},
-		stack.Servers{
-			MongoURL: s.MongoURL, MongoDB: s.Database(t), NATSURL: s.NATSURL, SubjectPrefix: s.SubjectPrefix(t),
-			S3Endpoint: s.S3Endpoint, S3Access: s.S3Access, S3Secret: s.S3Secret, S3Bucket: s.Bucket(t),
-		}, sec)
+	servers := stack.Servers{
+		MongoURL: s.MongoURL, MongoDB: s.Database(t), NATSURL: s.NATSURL, SubjectPrefix: s.SubjectPrefix(t),
+		S3Endpoint: s.S3Endpoint, S3Access: s.S3Access, S3Secret: s.S3Secret, S3Bucket: s.Bucket(t),
+	}
+	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Env: env, Out: logs}, servers, sec)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, logs.String())
 	}
+	launched.Store(p, launch{servers: servers, env: env})
 	t.Cleanup(func() {
+		launched.Delete(p)
 		p.Stop(10 * time.Second)
 		if t.Failed() {
 			t.Logf("service output:\n%s", logs.String())
 		}
 	})
 	return p, sec, logs
+}
+
+// launched remembers how each platform was started (servers, extra
+// environment), for tests that need the servers or restart a service.
+var launched sync.Map // *stack.Platform → launch
+
+type launch struct {
+	servers stack.Servers
+	env     map[string]string
 }
 
 type syncBuffer struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/acme/platform/gateway/internal/sessions"
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/logclient"
 	"github.com/nats-io/nats.go"
 )
 
@@ -74,7 +75,8 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 // Run serves the gateway until ctx ends. ready, if set, receives the bound
 // address.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
-	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "gateway")
+	base := slog.NewJSONHandler(stdout, nil)
+	log := slog.New(base).With("service", "gateway")
 	cfg, reader, err := loadConfig(getenv)
 	if err != nil {
 		return err
@@ -113,6 +115,17 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return fmt.Errorf("nats: %w", err)
 	}
 	defer nc.Close()
+	// The gateway's own errors also go to the log store, as LOGGING.
+	selfLog, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = selfLog.Close(fctx)
+	}()
+	log = slog.New(logclient.SlogHandler(base, selfLog, "LOGGING")).With("service", "gateway")
 	subject := cfg.SubjectPrefix + ".auth.revoked"
 	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		var rev sessions.Revocation

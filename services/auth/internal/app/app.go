@@ -17,6 +17,7 @@ import (
 
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/auth/internal/account"
 	"github.com/acme/platform/services/auth/internal/httpapi"
@@ -142,7 +143,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 // Run starts the service and serves until ctx ends. ready, if set, receives
 // the bound address once the server listens.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
-	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("svc", "auth")
+	base := slog.NewJSONHandler(stdout, nil)
+	log := slog.New(base).With("svc", "auth")
 	cfg, r, err := LoadConfig(getenv)
 	if err != nil {
 		return err
@@ -198,6 +200,18 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	if !nc.IsConnected() {
 		log.Warn("nats not reachable yet; revocations are logged until it is", "url", cfg.NATSURL)
 	}
+
+	// Our own errors also go to the administrators' log store, as ACME-AUTH.
+	selfLog, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = selfLog.Close(fctx)
+	}()
+	log = slog.New(logclient.SlogHandler(base, selfLog, "ACME-AUTH")).With("svc", "auth")
 
 	hasher, err := password.NewHasher(cfg.Argon2, cfg.HashConcurrency)
 	if err != nil {

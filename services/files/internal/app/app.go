@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acme/platform/pkg/logclient"
+	"github.com/nats-io/nats.go"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -31,6 +33,8 @@ type Config struct {
 	MongoDB          string
 	S3               s3store.Options
 	IdentityKey      string
+	NATSURL          string
+	SubjectPrefix    string
 	PublicBaseURL    string
 	MaxUpload        int64
 	MaxMeta          int
@@ -64,6 +68,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 			UploadThreads: uint(r.Int("S3_UPLOAD_THREADS", 2)),
 		},
 		IdentityKey:      r.String("IDENTITY_PUBLIC_KEY", ""),
+		NATSURL:          r.Secret("NATS_URL", "nats://127.0.0.1:4222"),
+		SubjectPrefix:    r.String("NATS_SUBJECT_PREFIX", "acme"),
 		PublicBaseURL:    r.String("PUBLIC_BASE_URL", "http://127.0.0.1:8080"),
 		MaxUpload:        r.Int64("MAX_UPLOAD", 1<<30),
 		MaxMeta:          r.Int("MAX_META", 4096),
@@ -111,12 +117,33 @@ type hooks struct {
 }
 
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string), hk hooks) error {
-	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("svc", "files")
+	base := slog.NewJSONHandler(stdout, nil)
+	log := slog.New(base).With("svc", "files")
 	cfg, reader, err := LoadConfig(getenv)
 	if err != nil {
 		return err
 	}
 	reader.Log(log)
+
+	// NATS carries our own errors to the administrators' log store (as
+	// ACME-S3). The service runs without it and reconnects by itself; the
+	// log client buffers, bounded, meanwhile.
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("acme-files"), nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second))
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	selfLog, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = selfLog.Close(fctx)
+	}()
+	log = slog.New(logclient.SlogHandler(base, selfLog, "ACME-S3")).With("svc", "files")
 
 	pub, err := identity.ParsePublicKey(cfg.IdentityKey)
 	if err != nil {
