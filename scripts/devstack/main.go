@@ -66,7 +66,7 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 	}
 	defer mongo.Stop()
 
-	fmt.Fprintln(out, "starting MinIO (the first run builds it from source: a few minutes)...")
+	fmt.Fprintln(out, "starting MinIO (if it is not built yet, the build from source takes a few minutes, once)...")
 	mi, err := embedded.StartMinIO(ctx, embedded.MinIOOptions{
 		Dir: filepath.Join(dataDir, "minio"), AccessKey: sec.MinIOAccess, SecretKey: sec.MinIOSecret, Log: out,
 	})
