@@ -40,7 +40,6 @@ type Claims struct {
 	Role      string `json:"role,omitempty"`
 	SessionID string `json:"sid,omitempty"` // public id of the session, never the secret
 	ClientIP  string `json:"ip,omitempty"`
-	RequestID string `json:"rid,omitempty"`
 	jwt.RegisteredClaims
 }
 

@@ -140,7 +140,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	handler := proxy.New(proxy.Config{
 		Pools: pools, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
-		AllowedOrigins: cfg.AllowedOrigins, Log: log, Transport: transport,
+		AllowedOrigins: cfg.AllowedOrigins, Log: log, Transport: transport, TokenTTL: cfg.TokenTTL,
 	})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -112,6 +113,7 @@ type Config struct {
 	AllowedOrigins []string
 	Log            *slog.Logger
 	Transport      http.RoundTripper
+	TokenTTL       time.Duration // lifetime of signed tokens; cached for half of it
 }
 
 // Handler is the gateway's proxy.
@@ -119,6 +121,14 @@ type Handler struct {
 	cfg     Config
 	origins map[string]bool
 	rp      *httputil.ReverseProxy
+
+	tokMu  sync.Mutex
+	tokens map[string]cachedToken
+}
+
+type cachedToken struct {
+	token   string
+	expires time.Time
 }
 
 type ctxKey int
@@ -138,7 +148,7 @@ type target struct {
 
 // New builds the Handler.
 func New(cfg Config) *Handler {
-	h := &Handler{cfg: cfg, origins: map[string]bool{}}
+	h := &Handler{cfg: cfg, origins: map[string]bool{}, tokens: map[string]cachedToken{}}
 	for _, o := range cfg.AllowedOrigins {
 		h.origins[strings.TrimRight(o, "/")] = true
 	}
@@ -222,7 +232,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		r.Header.Del("X-Service-Credential")
 	}
 
-	claims := identity.Claims{ClientIP: clientIP(r), RequestID: rid}
+	claims := identity.Claims{ClientIP: clientIP(r)}
 	var hash string
 	if route.Access == Session || route.Access == Admin {
 		sid, status, code, msg := sessionFrom(r)
@@ -251,7 +261,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		claims.Subject, claims.Role, claims.SessionID = id.UserID, id.Role, id.SessionID
 		hash = sessions.Hash(sid)
 	}
-	tok, err := h.cfg.Signer.Sign(claims, route.Service)
+	tok, err := h.token(claims, route.Service)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 		return route.Service
@@ -259,6 +269,39 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	t := &target{base: base, token: tok, rid: rid, service: route.Service, hash: hash}
 	h.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyTarget, t)))
 	return route.Service
+}
+
+// token returns a signed token for claims and audience, reusing one signed
+// for exactly the same claims during the first half of its lifetime: signing
+// is the costliest step of a cached request, and every field of the claims is
+// part of the key, so a role change or another session never reuses one.
+func (h *Handler) token(c identity.Claims, audience string) (string, error) {
+	key := audience + "|" + c.Subject + "|" + c.Role + "|" + c.SessionID + "|" + c.ClientIP
+	now := time.Now()
+	h.tokMu.Lock()
+	ct, ok := h.tokens[key]
+	h.tokMu.Unlock()
+	if ok && now.Before(ct.expires) {
+		return ct.token, nil
+	}
+	tok, err := h.cfg.Signer.Sign(c, audience)
+	if err != nil || h.cfg.TokenTTL <= 0 {
+		return tok, err
+	}
+	h.tokMu.Lock()
+	if len(h.tokens) >= 100000 {
+		for k, v := range h.tokens {
+			if now.After(v.expires) {
+				delete(h.tokens, k)
+			}
+		}
+		if len(h.tokens) >= 100000 {
+			h.tokens = map[string]cachedToken{}
+		}
+	}
+	h.tokens[key] = cachedToken{token: tok, expires: now.Add(h.cfg.TokenTTL / 2)}
+	h.tokMu.Unlock()
+	return tok, nil
 }
 
 // sessionFrom takes the session id from the cookie or, for GET /me only (the

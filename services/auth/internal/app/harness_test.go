@@ -132,7 +132,7 @@ func (h *harness) run(env testkit.Env) string {
 func (h *harness) token(sub, role, sid string) string {
 	h.t.Helper()
 	return h.id.Token(h.t, identity.Claims{
-		Role: role, SessionID: sid, ClientIP: "127.0.0.1", RequestID: "test",
+		Role: role, SessionID: sid, ClientIP: "127.0.0.1",
 		RegisteredClaims: jwt.RegisteredClaims{Subject: sub},
 	}, "auth")
 }

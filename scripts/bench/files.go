@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"io"
+	"math/rand/v2"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/acme/platform/pkg/config"
+	"github.com/acme/platform/scripts/stack"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// genReader is the benchmark's file content: size deterministic,
+// incompressible bytes (so the files service stores them as is), generated on
+// the fly and never held in memory.
+func genReader(size int64) io.Reader {
+	return io.LimitReader(rand.NewChaCha8([32]byte{'a', 'c', 'm', 'e'}), size)
+}
+
+// signInCookie signs the administrator in through the gateway.
+func signInCookie(e *env) (string, error) {
+	c := httpClient(4)
+	_, h, err := call(c, "POST", e.p.GatewayURL+"/signin", map[string]string{"email": e.sec.AdminEmail, "password": e.sec.AdminPassword}, nil, 200)
+	if err != nil {
+		return "", err
+	}
+	for _, ck := range (&http.Response{Header: h}).Cookies() {
+		if ck.Name == "sessionId" {
+			return ck.Value, nil
+		}
+	}
+	return "", fmt.Errorf("sign-in set no sessionId cookie")
+}
+
+// streamForm returns a multipart body with one `file` part whose content is
+// src, written through a pipe as it is read.
+func streamForm(name string, src io.Reader) (io.ReadCloser, string) {
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		w, err := mw.CreateFormFile("file", name)
+		if err == nil {
+			_, err = io.Copy(w, src)
+		}
+		if err == nil {
+			err = mw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, mw.FormDataContentType()
+}
+
+func mbps(n int64, d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }
+
+func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
+
+// benchFiles: a BENCH_FILE_SIZE (default 1GiB) upload and download through
+// the gateway against raw minio-go PutObject/GetObject of the same bytes on
+// the same MinIO, the gateway's and files' peak memory, and 12-megapixel
+// JPEG re-encodes per second.
+func benchFiles(e *env) error {
+	size := int64(1 << 30)
+	if s := os.Getenv("BENCH_FILE_SIZE"); s != "" {
+		n, err := config.ParseSize(s)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("BENCH_FILE_SIZE: %q is not a size", s)
+		}
+		size = n
+	}
+	ctx := e.ctx
+	cookie, err := signInCookie(e)
+	if err != nil {
+		return err
+	}
+	auth := map[string]string{"Cookie": "sessionId=" + cookie}
+
+	// The expected digest, computed before anything is timed.
+	h := sha256.New()
+	if _, err := io.Copy(h, genReader(size)); err != nil {
+		return err
+	}
+	want := hex.EncodeToString(h.Sum(nil))
+
+	// Raw PutObject to a bucket of our own on the same MinIO.
+	mc, err := minio.New(e.servers.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(e.servers.S3Access, e.servers.S3Secret, "")})
+	if err != nil {
+		return err
+	}
+	const rawBucket = "bench-raw"
+	if ok, err := mc.BucketExists(ctx, rawBucket); err != nil {
+		return err
+	} else if !ok {
+		if err := mc.MakeBucket(ctx, rawBucket, minio.MakeBucketOptions{}); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	if _, err := mc.PutObject(ctx, rawBucket, "raw-object", genReader(size), size, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		return fmt.Errorf("raw PutObject: %w", err)
+	}
+	rawPut := time.Since(start)
+	e.report("files", fmt.Sprintf("raw minio-go PutObject, %s", mib(size)), fmt.Sprintf("%.0f MB/s (%s)", mbps(size, rawPut), rawPut.Round(time.Millisecond)), "")
+
+	gwPID, filesPID := e.p.Procs["gateway"].Pid(), e.p.Procs["files"].Pid()
+	gwBefore, _ := stack.PeakRSS(gwPID)
+	filesBefore, _ := stack.PeakRSS(filesPID)
+
+	// The same bytes through the gateway as a streamed multipart upload.
+	body, ct := streamForm("bench.bin", genReader(size))
+	req, err := http.NewRequestWithContext(ctx, "POST", e.p.GatewayURL+"/upload/file", body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("Cookie", "sessionId="+cookie)
+	c := httpClient(8)
+	c.Timeout = 30 * time.Minute
+	start = time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("upload: %w", err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	gwPut := time.Since(start)
+	if resp.StatusCode != 201 {
+		return fmt.Errorf("upload: %d %s", resp.StatusCode, raw)
+	}
+	var up struct {
+		File struct {
+			ID     string `json:"id"`
+			Size   int64  `json:"size"`
+			SHA256 string `json:"sha256"`
+		} `json:"file"`
+	}
+	if err := json.Unmarshal(raw, &up); err != nil {
+		return fmt.Errorf("upload answer %q: %w", raw, err)
+	}
+	intact := "intact"
+	if up.File.Size != size || up.File.SHA256 != want {
+		intact = fmt.Sprintf("CORRUPT (size %d, sha256 %s)", up.File.Size, up.File.SHA256)
+	}
+	e.report("files", "multipart upload through the gateway", fmt.Sprintf("%.0f MB/s (%s), %s", mbps(size, gwPut), gwPut.Round(time.Millisecond), intact), "")
+	e.report("files", "upload throughput gateway ÷ raw PutObject", ratio(rawPut.Seconds(), gwPut.Seconds()), ">= 0.7")
+
+	gwPeak, err := stack.PeakRSS(gwPID)
+	if err != nil {
+		return err
+	}
+	filesPeak, err := stack.PeakRSS(filesPID)
+	if err != nil {
+		return err
+	}
+	e.report("files", "gateway peak RSS (VmHWM since start) after the upload", fmt.Sprintf("%s (before the upload %s)", mib(gwPeak), mib(gwBefore)), "<= 64 MiB")
+	e.report("files", "files peak RSS (VmHWM since start) after the upload", fmt.Sprintf("%s (before the upload %s)", mib(filesPeak), mib(filesBefore)), "<= 64 MiB")
+
+	// Download through the gateway vs raw GetObject.
+	start = time.Now()
+	req, _ = http.NewRequestWithContext(ctx, "GET", e.p.GatewayURL+"/download/file/"+up.File.ID, nil)
+	req.Header.Set("Cookie", "sessionId="+cookie)
+	resp, err = c.Do(req)
+	if err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	gwGet := time.Since(start)
+	if err != nil || resp.StatusCode != 200 || n != size {
+		return fmt.Errorf("download: %d, %d of %d bytes, %v", resp.StatusCode, n, size, err)
+	}
+	start = time.Now()
+	obj, err := mc.GetObject(ctx, rawBucket, "raw-object", minio.GetObjectOptions{})
+	if err != nil {
+		return err
+	}
+	n, err = io.Copy(io.Discard, obj)
+	obj.Close()
+	rawGet := time.Since(start)
+	if err != nil || n != size {
+		return fmt.Errorf("raw GetObject: %d of %d bytes, %v", n, size, err)
+	}
+	e.report("files", "download through the gateway", fmt.Sprintf("%.0f MB/s (%s)", mbps(size, gwGet), gwGet.Round(time.Millisecond)), "")
+	e.report("files", "raw minio-go GetObject", fmt.Sprintf("%.0f MB/s (%s)", mbps(size, rawGet), rawGet.Round(time.Millisecond)), "")
+	e.report("files", "download throughput gateway ÷ raw GetObject", ratio(rawGet.Seconds(), gwGet.Seconds()), ">= 0.7")
+	gwPeak2, _ := stack.PeakRSS(gwPID)
+	filesPeak2, _ := stack.PeakRSS(filesPID)
+	e.report("files", "gateway / files peak RSS after the download", mib(gwPeak2)+" / "+mib(filesPeak2), "")
+	_ = mc.RemoveObject(context.Background(), rawBucket, "raw-object", minio.RemoveObjectOptions{})
+
+	// 12-megapixel JPEGs posted to /upload/image: re-encodes per second.
+	form, formCT, err := jpegForm(4000, 3000)
+	if err != nil {
+		return err
+	}
+	ic := httpClient(8)
+	imgs := load(ctx, runtime.NumCPU(), e.seconds, func(int) error {
+		hdr := map[string]string{"Content-Type": formCT}
+		for k, v := range auth {
+			hdr[k] = v
+		}
+		return postBytes(ic, e.p.GatewayURL+"/upload/image", form, hdr, 201)
+	})
+	e.report("files", fmt.Sprintf("12 MP JPEG (%s) re-encoded via /upload/image", mib(int64(len(form)))), imgs.String(), "")
+	e.report("files", "images re-encoded per second (12 MP JPEG)", fmt.Sprintf("%.2f images/s (%d errors)", imgs.rps(), imgs.errs), "report")
+	return nil
+}
+
+// jpegForm makes a multipart form holding a w×h JPEG with some detail (a
+// gradient and noise, so it is not trivially compressible).
+func jpegForm(w, h int) ([]byte, string, error) {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for y := range h {
+		for x := range w {
+			n := uint8(rnd.IntN(32))
+			img.SetRGBA(x, y, color.RGBA{uint8(x*255/w) ^ n, uint8(y*255/h) + n, uint8((x+y)/16) ^ n, 255})
+		}
+	}
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fw, err := mw.CreateFormFile("file", "photo.jpg")
+	if err != nil {
+		return nil, "", err
+	}
+	if err := jpeg.Encode(fw, img, &jpeg.Options{Quality: 90}); err != nil {
+		return nil, "", err
+	}
+	if err := mw.Close(); err != nil {
+		return nil, "", err
+	}
+	return buf.Bytes(), mw.FormDataContentType(), nil
+}
+
+// postBytes posts body and fails unless the status is want.
+func postBytes(c *http.Client, url string, body []byte, hdr map[string]string, want int) error {
+	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("POST %s: %d %.200s", url, resp.StatusCode, raw)
+	}
+	return nil
+}

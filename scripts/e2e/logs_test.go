@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/scripts/stack"
+	"github.com/nats-io/nats.go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// logsCollection is the logs service's collection of records
+// (services/logs/internal/mongostore.LogsCollection).
+const logsCollection = "logs"
+
+// restartLogs starts a new logs process in place of the platform's (same
+// address, servers, secrets and environment) and stops it when the test ends.
+func restartLogs(t *testing.T, p *stack.Platform, sec stack.Secrets, out io.Writer) *stack.Proc {
+	t.Helper()
+	v, ok := launched.Load(p)
+	if !ok {
+		t.Fatal("platform not launched by platform()")
+	}
+	l := v.(launch)
+	s := l.servers
+	env := []string{
+		"MONGO_URL=" + s.MongoURL, "MONGO_DB=" + s.MongoDB,
+		"NATS_URL=" + s.NATSURL, "NATS_SUBJECT_PREFIX=" + s.SubjectPrefix,
+		"IDENTITY_PUBLIC_KEY=" + sec.IdentityPublicPEM, "SERVICE_CREDENTIAL=" + sec.ServiceCredential,
+	}
+	for k, v := range l.env {
+		env = append(env, k+"="+v)
+	}
+	old := p.Procs["logs"]
+	env = append(env, "LOGS_ADDR="+old.Addr)
+	proc, err := stack.Start("logs", bins["logs"], old.Addr, env, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Stop(10 * time.Second) })
+	return proc
+}
+
+func logsOf(t *testing.T, m map[string]any) []map[string]any {
+	t.Helper()
+	raw, ok := m["logs"].([]any)
+	if !ok {
+		t.Fatalf("no logs array: %v", m)
+	}
+	out := make([]map[string]any, len(raw))
+	for i, r := range raw {
+		out[i] = r.(map[string]any)
+	}
+	return out
+}
+
+// Logs through the gateway: admin writes and reads, access for users and
+// anonymous callers, bad input, a record published over NATS with
+// pkg/logclient, and the logs process killed mid-stream: after a restart
+// every published record is stored exactly once.
+func TestLogsThroughGateway(t *testing.T) {
+	p, sec, out := platform(t, map[string]string{"LOGS_ACK_WAIT": "2s"})
+	gw := p.GatewayURL
+	admin := signIn(t, gw, sec.AdminEmail, sec.AdminPassword)
+	admin.mustStatus(201, "POST", "/users", map[string]any{"email": "ada@example.com", "password": "correct horse battery", "fullName": "Ada", "edv": "E-1"})
+	ada := signIn(t, gw, "ada@example.com", "correct horse battery")
+	anon := newClient(t, gw)
+
+	// POST /log: 201 with the same four fields.
+	first := map[string]any{"app": "SERVER-APP-A", "type": "error", "logBody": "disk almost full", "metricsId": "m-1"}
+	got := admin.mustStatus(201, "POST", "/log", first)
+	for k, v := range first {
+		if got[k] != v {
+			t.Fatalf("POST /log answer %v, want the sent %s=%v", got, k, v)
+		}
+	}
+	second := map[string]any{"app": "SERVER-APP-A", "type": "error", "logBody": "disk full"}
+	got2 := admin.mustStatus(201, "POST", "/log", second)
+	if got2["metricsId"] != nil || got2["logBody"] != "disk full" {
+		t.Fatalf("POST /log without metricsId: %v", got2)
+	}
+	admin.mustStatus(201, "POST", "/log", map[string]any{"app": "SERVER-APP-B", "type": "error", "logBody": "other app"})
+
+	// Newest first, on both routes.
+	for _, path := range []string{"/log/error/1", "/log/error/1/SERVER-APP-A"} {
+		ls := logsOf(t, admin.mustStatus(201, "GET", path, nil))
+		var bodies []any
+		for _, l := range ls {
+			if l["app"] == "SERVER-APP-A" {
+				bodies = append(bodies, l["logBody"])
+			}
+		}
+		if len(bodies) != 2 || bodies[0] != "disk full" || bodies[1] != "disk almost full" {
+			t.Fatalf("GET %s: %v", path, ls)
+		}
+		if ls[len(ls)-1]["id"] == nil || ls[len(ls)-1]["createdAt"] == nil || ls[len(ls)-1]["appId"] == nil {
+			t.Fatalf("GET %s: record fields %v", path, ls[len(ls)-1])
+		}
+	}
+	if ls := logsOf(t, admin.mustStatus(201, "GET", "/log/error/1/SERVER-APP-B", nil)); len(ls) != 1 || ls[0]["logBody"] != "other app" {
+		t.Fatalf("GET /log/error/1/SERVER-APP-B: %v", ls)
+	}
+
+	// Access.
+	ada.mustStatus(403, "POST", "/log", first)
+	ada.mustStatus(403, "GET", "/log/error/1", nil)
+	ada.mustStatus(403, "GET", "/log/error/1/SERVER-APP-A", nil)
+	for _, c := range []struct{ method, path string }{{"POST", "/log"}, {"GET", "/log/error/1"}, {"GET", "/log/error/1/SERVER-APP-A"}} {
+		var body any
+		if c.method == "POST" {
+			body = first
+		}
+		if m := anon.mustStatus(401, c.method, c.path, body); m["code"] == nil {
+			t.Fatalf("anonymous %s %s: %v", c.method, c.path, m)
+		}
+	}
+
+	// Bad input.
+	nf := admin.mustStatus(404, "GET", "/log/error/1/NO-SUCH-APP", nil)
+	if apps, _ := nf["knowApps"].([]any); nf["error"] == nil || nf["sentAppName"] != "NO-SUCH-APP" || len(apps) != 6 {
+		t.Fatalf("unknown app: %v", nf)
+	}
+	admin.mustStatus(404, "GET", "/log/error/1/server-app-a", nil)
+	for _, path := range []string{"/log/warning/1", "/log/ERROR/1", "/log/error/0", "/log/error/-1", "/log/error/1.5", "/log/error/abc",
+		"/log/error/" + url.PathEscape("1000000000000000000000000000000")} {
+		admin.mustStatus(400, "GET", path, nil)
+	}
+	admin.mustStatus(400, "POST", "/log", map[string]any{"app": "NO-SUCH-APP", "type": "error", "logBody": "x"})
+	admin.mustStatus(400, "POST", "/log", map[string]any{"app": "SERVER-APP-A", "type": "warning", "logBody": "x"})
+
+	// Over NATS with pkg/logclient: queryable through the gateway within seconds.
+	s := testkit.Get(t)
+	lv, _ := launched.Load(p)
+	servers := lv.(launch).servers
+	nc, err := nats.Connect(s.NATSURL, nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	lc, err := logclient.New(nc, logclient.Options{Prefix: servers.SubjectPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close(context.Background())
+	if !lc.Log("SERVER-APP-B", logclient.TypeLog, "published over NATS", "nats-1") {
+		t.Fatal("logclient refused the record")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ls := logsOf(t, admin.mustStatus(201, "GET", "/log/log/1/SERVER-APP-B", nil))
+		if len(ls) == 1 && ls[0]["logBody"] == "published over NATS" && ls[0]["metricsId"] == "nats-1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("NATS record not queryable after 10s: %v", ls)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Kill the logs process (SIGKILL) while N records are being published,
+	// start a new one: exactly N stored.
+	const n = 2000
+	coll := s.Mongo.Database(servers.MongoDB).Collection(logsCollection)
+	filter := bson.M{"app": "SERVER-APP-C", "metricsId": "kill-run"}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var refused int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			if !lc.Log("SERVER-APP-C", logclient.TypeDB, fmt.Sprintf("record %d", i), "kill-run") {
+				refused++
+			}
+			if i%20 == 19 {
+				time.Sleep(10 * time.Millisecond) // ~1 s of publishing
+			}
+		}
+	}()
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		c, err := coll.CountDocuments(ctx, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c >= 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d records stored after 20s", c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.Procs["logs"].Kill()
+	killedAt := time.Now()
+	stored, _ := coll.CountDocuments(ctx, filter)
+	wg.Wait()
+	if refused > 0 {
+		t.Fatalf("logclient refused %d records", refused)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := lc.Flush(fctx); err != nil {
+		t.Fatalf("flush: %v (%+v)", err, lc.Stats())
+	}
+	t.Logf("killed with %d of %d stored; all %d published (%+v)", stored, n, n, lc.Stats())
+	if stored >= n {
+		t.Fatalf("the kill came after everything was stored (%d); the test proves nothing", stored)
+	}
+	restartLogs(t, p, sec, out)
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		c, err := coll.CountDocuments(ctx, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records stored 60s after the restart", c, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Let any redelivery (AckWait 2s) of a batch written before the kill arrive.
+	if d := 5*time.Second - time.Since(killedAt); d > 0 {
+		time.Sleep(d)
+	}
+	total, err := coll.CountDocuments(ctx, filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	if err := coll.Distinct(ctx, "msgId", filter).Decode(&ids); err != nil {
+		t.Fatal(err)
+	}
+	if total != n || len(ids) != n {
+		t.Fatalf("after the restart: %d records, %d distinct message ids; want exactly %d", total, len(ids), n)
+	}
+	// And through the gateway, served by the new process.
+	if ls := logsOf(t, admin.mustStatus(201, "GET", "/log/db/1/SERVER-APP-C?limit=10", nil)); len(ls) != 10 {
+		t.Fatalf("after restart, GET /log/db/1/SERVER-APP-C: %d records", len(ls))
+	}
+}
