@@ -168,33 +168,37 @@ func benchFiles(e *env) error {
 	e.report("files", "gateway peak RSS (VmHWM since start) after the upload", fmt.Sprintf("%s (before the upload %s)", mib(gwPeak), mib(gwBefore)), "<= 64 MiB")
 	e.report("files", "files peak RSS (VmHWM since start) after the upload", fmt.Sprintf("%s (before the upload %s)", mib(filesPeak), mib(filesBefore)), "<= 64 MiB")
 
-	// Download through the gateway vs raw GetObject.
-	start = time.Now()
-	req, _ = http.NewRequestWithContext(ctx, "GET", e.p.GatewayURL+"/download/file/"+up.File.ID, nil)
-	req.Header.Set("Cookie", "sessionId="+cookie)
-	resp, err = c.Do(req)
-	if err != nil {
-		return fmt.Errorf("download: %w", err)
+	// Download through the gateway vs raw GetObject: two rounds, alternating,
+	// best of each (both objects are then equally warm in MinIO's page cache).
+	gwGet, rawGet := time.Duration(1<<62), time.Duration(1<<62)
+	for range 2 {
+		start = time.Now()
+		req, _ = http.NewRequestWithContext(ctx, "GET", e.p.GatewayURL+"/download/file/"+up.File.ID, nil)
+		req.Header.Set("Cookie", "sessionId="+cookie)
+		resp, err = c.Do(req)
+		if err != nil {
+			return fmt.Errorf("download: %w", err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		gwGet = min(gwGet, time.Since(start))
+		if err != nil || resp.StatusCode != 200 || n != size {
+			return fmt.Errorf("download: %d, %d of %d bytes, %v", resp.StatusCode, n, size, err)
+		}
+		start = time.Now()
+		obj, err := mc.GetObject(ctx, rawBucket, "raw-object", minio.GetObjectOptions{})
+		if err != nil {
+			return err
+		}
+		n, err = io.Copy(io.Discard, obj)
+		obj.Close()
+		rawGet = min(rawGet, time.Since(start))
+		if err != nil || n != size {
+			return fmt.Errorf("raw GetObject: %d of %d bytes, %v", n, size, err)
+		}
 	}
-	n, err := io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	gwGet := time.Since(start)
-	if err != nil || resp.StatusCode != 200 || n != size {
-		return fmt.Errorf("download: %d, %d of %d bytes, %v", resp.StatusCode, n, size, err)
-	}
-	start = time.Now()
-	obj, err := mc.GetObject(ctx, rawBucket, "raw-object", minio.GetObjectOptions{})
-	if err != nil {
-		return err
-	}
-	n, err = io.Copy(io.Discard, obj)
-	obj.Close()
-	rawGet := time.Since(start)
-	if err != nil || n != size {
-		return fmt.Errorf("raw GetObject: %d of %d bytes, %v", n, size, err)
-	}
-	e.report("files", "download through the gateway", fmt.Sprintf("%.0f MB/s (%s)", mbps(size, gwGet), gwGet.Round(time.Millisecond)), "")
-	e.report("files", "raw minio-go GetObject", fmt.Sprintf("%.0f MB/s (%s)", mbps(size, rawGet), rawGet.Round(time.Millisecond)), "")
+	e.report("files", "download through the gateway (best of 2)", fmt.Sprintf("%.0f MB/s (%s)", mbps(size, gwGet), gwGet.Round(time.Millisecond)), "")
+	e.report("files", "raw minio-go GetObject (best of 2)", fmt.Sprintf("%.0f MB/s (%s)", mbps(size, rawGet), rawGet.Round(time.Millisecond)), "")
 	e.report("files", "download throughput gateway ÷ raw GetObject", ratio(rawGet.Seconds(), gwGet.Seconds()), ">= 0.7")
 	gwPeak2, _ := stack.PeakRSS(gwPID)
 	filesPeak2, _ := stack.PeakRSS(filesPID)
