@@ -265,7 +265,7 @@ func TestServicesRefuseDirectCalls(t *testing.T) {
 }
 
 func TestGatewayReadyz(t *testing.T) {
-	p, _, _ := platform(t, nil)
+	p, sec, _ := platform(t, nil)
 	resp, err := http.Get(p.GatewayURL + "/readyz")
 	if err != nil {
 		t.Fatal(err)
@@ -273,6 +273,27 @@ func TestGatewayReadyz(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("readyz %d", resp.StatusCode)
+	}
+	// Oversized bodies are a 413 JSON through the real processes, whatever
+	// their size relative to socket buffers (never a 503 from a broken write).
+	admin := newClient(t, p.GatewayURL)
+	admin.mustStatus(200, "POST", "/signin", map[string]string{"email": sec.AdminEmail, "password": sec.AdminPassword})
+	for _, c := range []struct {
+		method, path string
+		size         int
+	}{{"POST", "/signin", 10 << 20}, {"POST", "/signin", 300 << 10}, {"PATCH", "/me", 300 << 10}, {"POST", "/log", 5 << 20}} {
+		path, size := c.path, c.size
+		req, _ := http.NewRequest(c.method, p.GatewayURL+path, bytes.NewReader(bytes.Repeat([]byte("a"), size)))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := admin.http.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 413 || !strings.Contains(string(raw), `"code"`) {
+			t.Fatalf("%s with %d bytes: %d %s", path, size, resp.StatusCode, raw)
+		}
 	}
 	p.Procs["auth"].Stop(5 * time.Second)
 	resp, err = http.Get(p.GatewayURL + "/readyz")

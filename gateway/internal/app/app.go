@@ -39,6 +39,7 @@ type Config struct {
 	ReadHeader     time.Duration
 	Idle           time.Duration
 	MaxHeaderBytes int
+	BodyLimits     map[string]int64
 }
 
 func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
@@ -59,6 +60,13 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ReadHeader:     r.Duration("READ_HEADER_TIMEOUT", 10*time.Second),
 		Idle:           r.Duration("IDLE_TIMEOUT", 120*time.Second),
 		MaxHeaderBytes: r.Int("MAX_HEADER_BYTES", 32<<10),
+		BodyLimits: map[string]int64{
+			"auth":   r.Int64("MAX_AUTH_BODY", 64<<10),
+			"logs":   r.Int64("MAX_LOGS_BODY", 6*64<<10+64<<10),
+			"files":  r.Int64("MAX_FILES_BODY", 64<<10),
+			"upload": r.Int64("MAX_UPLOAD", 1<<30+64<<10),
+			"image":  r.Int64("MAX_IMAGE_UPLOAD", 20<<20+64<<10),
+		},
 	}
 	if err := r.Err(); err != nil {
 		return c, r, err
@@ -141,6 +149,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	handler := proxy.New(proxy.Config{
 		Pools: pools, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
 		AllowedOrigins: cfg.AllowedOrigins, Log: log, Transport: transport, TokenTTL: cfg.TokenTTL,
+		BodyLimits: cfg.BodyLimits,
 	})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -367,3 +367,30 @@ func (zeroReader) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// Bodies over the gateway's ceilings are refused here with 413, by length or
+// while streaming a chunked body, never passed on to end as a broken write.
+func TestBodyCeilings(t *testing.T) {
+	g := startGateway(t, map[string]string{"GATEWAY_MAX_AUTH_BODY": "1KiB", "GATEWAY_MAX_UPLOAD": "64KiB"})
+	status, body := do(t, "POST", g.url+"/signin", "", `{"email":"`+strings.Repeat("a", 2000)+`"}`, nil)
+	if status != 413 || body["code"] != "body_too_large" {
+		t.Fatalf("json over the ceiling: %d %v", status, body)
+	}
+	req, _ := http.NewRequest("POST", g.url+"/upload/file", io.NopCloser(io.LimitReader(zeroReader{}, 1<<20)))
+	req.ContentLength = -1 // chunked: only counting can tell
+	req.AddCookie(&http.Cookie{Name: "sessionId", Value: userCookie})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || !strings.Contains(string(raw), "body_too_large") {
+		t.Fatalf("chunked upload over the ceiling: %d %s", resp.StatusCode, raw)
+	}
+	// Under the ceiling still passes.
+	status, _ = do(t, "POST", g.url+"/signin", "", `{"email":"a@b.c"}`, nil)
+	if status != 200 {
+		t.Fatalf("small body: %d", status)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -114,6 +115,13 @@ type Config struct {
 	Log            *slog.Logger
 	Transport      http.RoundTripper
 	TokenTTL       time.Duration // lifetime of signed tokens; cached for half of it
+	// BodyLimits bound request bodies, keyed "auth", "logs", "files"
+	// (non-upload routes), "upload" (/upload/file) and "image"
+	// (/upload/image). Larger bodies get 413 here: a service that refuses a
+	// body by its length answers early and closes the connection, and the
+	// proxy would only see a broken write. Keep each at most the service's
+	// own limit.
+	BodyLimits map[string]int64
 }
 
 // Handler is the gateway's proxy.
@@ -144,7 +152,37 @@ type target struct {
 	rid     string
 	service string
 	hash    string // session cookie hash, for eviction after auth changes
+	body    *limitedBody
 }
+
+// limitedBody fails a request body (chunked, so of unknown length) once it
+// passes the limit.
+type limitedBody struct {
+	rc      io.ReadCloser
+	left    int64
+	tripped atomic.Bool
+}
+
+var errBodyTooLarge = errors.New("request body too large")
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		l.tripped.Store(true)
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left+1] // read one byte past to detect an overrun
+	}
+	n, err := l.rc.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		l.tripped.Store(true)
+		return 0, errBodyTooLarge
+	}
+	return n, err
+}
+
+func (l *limitedBody) Close() error { return l.rc.Close() }
 
 // New builds the Handler.
 func New(cfg Config) *Handler {
@@ -180,6 +218,10 @@ func New(cfg Config) *Handler {
 			svc := ""
 			if t != nil {
 				svc = t.service
+				if t.body != nil && t.body.tripped.Load() {
+					writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", "request body too large")
+					return
+				}
 			}
 			cfg.Log.Warn("upstream unreachable", "service", svc, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "the "+svc+" service is unavailable, try again shortly")
@@ -266,7 +308,24 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 		return route.Service
 	}
-	t := &target{base: base, token: tok, rid: rid, service: route.Service, hash: hash}
+	limitKey := route.Service
+	switch {
+	case r.URL.Path == "/upload/image":
+		limitKey = "image"
+	case strings.HasPrefix(r.URL.Path, "/upload/"):
+		limitKey = "upload"
+	}
+	limit := h.cfg.BodyLimits[limitKey]
+	if limit > 0 && r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body over %d bytes", limit))
+		return route.Service
+	}
+	var lb *limitedBody
+	if limit > 0 && r.Body != nil && r.Body != http.NoBody {
+		lb = &limitedBody{rc: r.Body, left: limit}
+		r.Body = lb
+	}
+	t := &target{base: base, token: tok, rid: rid, service: route.Service, hash: hash, body: lb}
 	h.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyTarget, t)))
 	return route.Service
 }
