@@ -99,6 +99,33 @@ type Ingestor struct {
 // and acked) with a context of its own, so cancelling never leaves a
 // written batch waiting for a redelivery it does not need.
 func (in *Ingestor) Run(ctx context.Context) error {
+	// Fetching the next batch overlaps with writing the current one: the
+	// fetcher stays one batch ahead (MaxAckPending leaves room for it).
+	batches := make(chan []jetstream.Msg, 1)
+	fctx, stopFetch := context.WithCancel(ctx)
+	defer stopFetch()
+	go func() {
+		defer close(batches)
+		in.fetch(fctx, batches)
+	}()
+	for msgs := range batches {
+		if ctx.Err() != nil {
+			nakAll(msgs) // fetched but not started: give them back at once
+			continue
+		}
+		if err := in.process(ctx, msgs); err != nil {
+			stopFetch()
+			for rest := range batches {
+				nakAll(rest)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// fetch pulls batches until ctx ends.
+func (in *Ingestor) fetch(ctx context.Context, out chan<- []jetstream.Msg) {
 	fail := 0
 	for ctx.Err() == nil {
 		batch, err := in.Consumer.Fetch(in.Config.BatchSize, jetstream.FetchMaxWait(in.Config.FetchWait))
@@ -124,11 +151,19 @@ func (in *Ingestor) Run(ctx context.Context) error {
 		if len(msgs) == 0 {
 			continue
 		}
-		if err := in.process(ctx, msgs); err != nil {
-			return err
+		select {
+		case out <- msgs:
+		case <-ctx.Done():
+			nakAll(msgs)
+			return
 		}
 	}
-	return nil
+}
+
+func nakAll(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		_ = m.Nak()
+	}
 }
 
 type parsed struct {
