@@ -3,6 +3,9 @@ package logclient
 import (
 	"context"
 	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // SlogHandler returns a slog.Handler that writes every record to next and
@@ -46,4 +49,22 @@ func (h *teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *teeHandler) WithGroup(name string) slog.Handler {
 	return &teeHandler{next: h.next.WithGroup(name), client: h.client, app: h.app, attrs: h.attrs}
+}
+
+// SelfLogger is how a service reports its own errors: it returns a logger
+// that writes JSON through base and also publishes error-level records as
+// app over nc, and a function that flushes and closes the client (at most 5
+// s) on shutdown. attrs are added to every record (for example "svc", name).
+func SelfLogger(nc *nats.Conn, prefix string, base slog.Handler, app string, attrs ...any) (*slog.Logger, func(), error) {
+	own := slog.New(base).With(attrs...)
+	c, err := New(nc, Options{Prefix: prefix, Logger: own})
+	if err != nil {
+		return nil, nil, err
+	}
+	closeFn := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	}
+	return slog.New(SlogHandler(base, c, app)).With(attrs...), closeFn, nil
 }

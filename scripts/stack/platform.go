@@ -1,12 +1,11 @@
 package stack
 
 import (
-	"fmt"
 	"io"
-	"net"
 	"strings"
 	"time"
 
+	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/identity"
 )
 
@@ -71,7 +70,7 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 			addrs[name] = o.GatewayAddr
 			continue
 		}
-		a, err := freeAddr()
+		a, err := embedded.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -117,13 +116,4 @@ func (p *Platform) Stop(grace time.Duration) {
 	for i := len(p.order) - 1; i >= 0; i-- {
 		p.order[i].Stop(grace)
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }

@@ -124,16 +124,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 	defer nc.Close()
 	// The gateway's own errors also go to the log store, as LOGGING.
-	selfLog, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+	log, closeSelfLog, err := logclient.SelfLogger(nc, cfg.SubjectPrefix, base, "LOGGING", "service", "gateway")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = selfLog.Close(fctx)
-	}()
-	log = slog.New(logclient.SlogHandler(base, selfLog, "LOGGING")).With("service", "gateway")
+	defer closeSelfLog()
 	subject := cfg.SubjectPrefix + ".auth.revoked"
 	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		var rev sessions.Revocation

@@ -202,16 +202,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 
 	// Our own errors also go to the administrators' log store, as ACME-AUTH.
-	selfLog, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+	log, closeSelfLog, err := logclient.SelfLogger(nc, cfg.SubjectPrefix, base, "ACME-AUTH", "svc", "auth")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = selfLog.Close(fctx)
-	}()
-	log = slog.New(logclient.SlogHandler(base, selfLog, "ACME-AUTH")).With("svc", "auth")
+	defer closeSelfLog()
 
 	hasher, err := password.NewHasher(cfg.Argon2, cfg.HashConcurrency)
 	if err != nil {

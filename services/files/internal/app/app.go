@@ -134,16 +134,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return fmt.Errorf("nats: %w", err)
 	}
 	defer nc.Close()
-	selfLog, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+	log, closeSelfLog, err := logclient.SelfLogger(nc, cfg.SubjectPrefix, base, "ACME-S3", "svc", "files")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = selfLog.Close(fctx)
-	}()
-	log = slog.New(logclient.SlogHandler(base, selfLog, "ACME-S3")).With("svc", "files")
+	defer closeSelfLog()
 
 	pub, err := identity.ParsePublicKey(cfg.IdentityKey)
 	if err != nil {
