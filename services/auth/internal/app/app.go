@@ -18,6 +18,7 @@ import (
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/mongox"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/auth/internal/account"
 	"github.com/acme/platform/services/auth/internal/httpapi"
@@ -25,7 +26,6 @@ import (
 	"github.com/acme/platform/services/auth/internal/password"
 	"github.com/acme/platform/services/auth/internal/revocation"
 	"github.com/nats-io/nats.go"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -162,19 +162,12 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 
 	// MongoDB
-	mc, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURL).
-		SetServerSelectionTimeout(cfg.MongoTimeout).SetTimeout(10 * time.Second).SetAppName("acme-auth"))
+	mc, disconnect, err := mongox.Connect(ctx, options.Client().ApplyURI(cfg.MongoURL).
+		SetServerSelectionTimeout(cfg.MongoTimeout).SetTimeout(10*time.Second).SetAppName("acme-auth"), 30*time.Second)
 	if err != nil {
-		return fmt.Errorf("mongo: %w", err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = mc.Disconnect(dctx)
-	}()
-	if err := pingMongo(ctx, mc); err != nil {
 		return err
 	}
+	defer disconnect()
 	db := mc.Database(cfg.MongoDB)
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = mongostore.EnsureIndexes(ictx, db)
@@ -262,22 +255,6 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 	log.Info("stopped")
 	return err
-}
-
-func pingMongo(ctx context.Context, mc *mongo.Client) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := mc.Ping(pctx, nil)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("mongo ping: %w", err)
-		}
-		time.Sleep(time.Second)
-	}
 }
 
 // sweep deletes expired sessions every interval (with jitter so replicas

@@ -1,15 +1,12 @@
 package app_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -209,29 +206,10 @@ func (h *harness) do(r req) resp {
 // before reading the answer.
 func (h *harness) raw(t testing.TB, method, path string, headers map[string]string, body string) resp {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(h.base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: auth\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, len(body))
-	for k, v := range headers {
-		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
-	}
-	b.WriteString("\r\n")
-	b.WriteString(body)
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	_, _ = conn.Write([]byte(b.String())) // the server may close before reading it all
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
-	out := resp{status: res.StatusCode, header: res.Header, raw: string(data)}
-	if err := json.Unmarshal(data, &out.body); err != nil {
-		t.Fatalf("%s %s: %d body is not a JSON object: %q", method, path, res.StatusCode, data)
+	r := testkit.RawRequest(t, h.base, method, path, headers, body)
+	out := resp{status: r.Status, header: r.Header, raw: string(r.Body)}
+	if err := json.Unmarshal(r.Body, &out.body); err != nil {
+		t.Fatalf("%s %s: %d body is not a JSON object: %q", method, path, r.Status, r.Body)
 	}
 	return out
 }

@@ -6,8 +6,7 @@ package mongostore
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
+	"github.com/acme/platform/pkg/mongox"
 	"time"
 
 	"github.com/acme/platform/services/auth/internal/account"
@@ -38,27 +37,12 @@ func EnsureIndexes(ctx context.Context, db *mongo.Database) error {
 			{Keys: bson.D{{Key: "lastSeenAt", Value: 1}}, Options: options.Index().SetName("lastSeenAt")},
 		},
 	}
-	// One index per command: FerretDB 1.24 drops the connection (a panic on
-	// its side) when a createIndexes command with several indexes names
-	// indexes that all exist already, as on every restart.
 	for coll, models := range specs {
-		for _, m := range models {
-			if _, err := db.Collection(coll).Indexes().CreateOne(ctx, m); err != nil {
-				return fmt.Errorf("create indexes on %s: %w", coll, err)
-			}
+		if err := mongox.EnsureIndexes(ctx, db.Collection(coll), models...); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// isDuplicate reports a unique-index violation. FerretDB 1.24 answers an
-// update (findAndModify) that breaks a unique index with an InternalError
-// carrying SQLite's message instead of code 11000, so both are recognised.
-func isDuplicate(err error) bool {
-	if err == nil {
-		return false
-	}
-	return mongo.IsDuplicateKeyError(err) || strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
 // Users is the account.UserStore on MongoDB.
@@ -102,7 +86,7 @@ func (s *Users) Create(ctx context.Context, u account.User) (account.User, error
 	d := toUserDoc(u)
 	d.ID = bson.NewObjectID()
 	if _, err := s.c.InsertOne(ctx, d); err != nil {
-		if isDuplicate(err) {
+		if mongox.IsDuplicate(err) {
 			return account.User{}, account.ErrEmailTaken
 		}
 		return account.User{}, err
@@ -175,7 +159,7 @@ func (s *Users) Update(ctx context.Context, id string, p account.UserPatch, now 
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return account.User{}, account.ErrUserNotFound
-	case isDuplicate(err):
+	case mongox.IsDuplicate(err):
 		return account.User{}, account.ErrEmailTaken
 	case err != nil:
 		return account.User{}, err

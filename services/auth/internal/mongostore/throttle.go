@@ -3,6 +3,7 @@ package mongostore
 import (
 	"context"
 	"errors"
+	"github.com/acme/platform/pkg/mongox"
 	"time"
 
 	"github.com/acme/platform/services/auth/internal/account"
@@ -85,7 +86,7 @@ func (t *Throttle) Fail(ctx context.Context, key string, rule account.ThrottleRu
 		if err == nil {
 			break
 		}
-		if !isDuplicate(err) {
+		if !mongox.IsDuplicate(err) {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/mongox"
 	"github.com/nats-io/nats.go"
 	"io"
 	"log/slog"
@@ -22,7 +23,6 @@ import (
 	"github.com/acme/platform/services/files/internal/imaging"
 	"github.com/acme/platform/services/files/internal/mongostore"
 	"github.com/acme/platform/services/files/internal/s3store"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -147,22 +147,15 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	verifier := identity.NewVerifier(pub, "files")
 
 	// MongoDB
-	mc, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURL).
-		SetServerSelectionTimeout(5 * time.Second).
-		SetConnectTimeout(5 * time.Second))
+	mc, disconnect, err := mongox.Connect(ctx, options.Client().ApplyURI(cfg.MongoURL).
+		SetServerSelectionTimeout(5*time.Second).
+		SetConnectTimeout(5*time.Second), 15*time.Second)
 	if err != nil {
-		return fmt.Errorf("mongo: %w", err)
+		return err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = mc.Disconnect(dctx)
-	}()
+	defer disconnect()
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := mc.Ping(sctx, nil); err != nil {
-		return fmt.Errorf("mongo ping: %w", err)
-	}
 	records := mongostore.New(mc.Database(cfg.MongoDB))
 	if err := records.EnsureIndexes(sctx); err != nil {
 		return fmt.Errorf("mongo indexes: %w", err)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acme/platform/pkg/mongox"
 	"time"
 
 	"github.com/acme/platform/pkg/web"
@@ -33,11 +34,10 @@ func New(db *mongo.Database) *Store {
 
 // EnsureIndexes creates the listing index (idempotent).
 func (s *Store) EnsureIndexes(ctx context.Context) error {
-	_, err := s.coll.Indexes().CreateOne(ctx, mongo.IndexModel{
+	return mapErr(mongox.EnsureIndexes(ctx, s.coll, mongo.IndexModel{
 		Keys:    bson.D{{Key: "owner", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}},
 		Options: options.Index().SetName("owner_createdAt"),
-	})
-	return mapErr(err)
+	}))
 }
 
 type fileDoc struct {
@@ -138,7 +138,7 @@ func mapErr(err error) error {
 		return nil
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return files.ErrNotFound
-	case mongo.IsDuplicateKeyError(err):
+	case mongox.IsDuplicate(err):
 		return fmt.Errorf("%w: %v", files.ErrConflict, err)
 	case web.IsUnavailable(err):
 		return fmt.Errorf("%w: %v", files.ErrUnavailable, err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acme/platform/pkg/mongox"
 	"io"
 	"log/slog"
 	"sync"
@@ -21,7 +22,6 @@ import (
 	"github.com/acme/platform/services/logs/internal/natsingest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -117,20 +117,13 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return err
 	}
 
-	mc, err := mongo.Connect(options.Client().ApplyURI(s.MongoURL).SetServerSelectionTimeout(10 * time.Second))
+	mc, disconnect, err := mongox.Connect(ctx, options.Client().ApplyURI(s.MongoURL).SetServerSelectionTimeout(10*time.Second), 30*time.Second)
 	if err != nil {
-		return fmt.Errorf("mongo: %w", err)
+		return err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = mc.Disconnect(dctx)
-	}()
+	defer disconnect()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := mc.Ping(sctx, nil); err != nil {
-		return fmt.Errorf("mongo ping: %w", err)
-	}
 	store := mongostore.New(mc.Database(s.MongoDB))
 	if err := store.EnsureIndexes(sctx); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acme/platform/pkg/mongox"
 	"time"
 
 	"github.com/acme/platform/services/logs/internal/logs"
@@ -110,8 +111,8 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{s.dead, mongo.IndexModel{Keys: bson.D{{Key: "receivedAt", Value: -1}}, Options: options.Index().SetName("received")}},
 	}
 	for _, i := range all {
-		if _, err := i.c.Indexes().CreateOne(ctx, i.model); err != nil {
-			return fmt.Errorf("create index on %s: %w", i.c.Name(), err)
+		if err := mongox.EnsureIndexes(ctx, i.c, i.model); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -132,7 +133,7 @@ func (s *Store) EnsureApps(ctx context.Context, names []string) ([]logs.App, err
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			d = appDoc{ID: bson.NewObjectID(), Name: name}
 			_, err = s.apps.InsertOne(ctx, d)
-			if mongo.IsDuplicateKeyError(err) {
+			if mongox.IsDuplicate(err) {
 				err = s.apps.FindOne(ctx, bson.M{"name": name}).Decode(&d)
 			}
 		}
@@ -151,7 +152,7 @@ func (s *Store) Insert(ctx context.Context, r logs.Record) (logs.Record, error) 
 		return logs.Record{}, err
 	}
 	if _, err := s.logs.InsertOne(ctx, d); err != nil {
-		if mongo.IsDuplicateKeyError(err) {
+		if mongox.IsDuplicate(err) {
 			return logs.Record{}, logs.ErrDuplicate
 		}
 		return logs.Record{}, err
