@@ -18,9 +18,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,38 +43,6 @@ func mbps(bytes int64, d time.Duration) float64 {
 	return float64(bytes) / (1 << 20) / d.Seconds()
 }
 
-// heapPeak samples HeapInuse until stopped and returns the peak growth.
-func heapPeak() (stop func() float64) {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var ms runtime.MemStats
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peak.Load() {
-				peak.Store(ms.HeapInuse)
-			}
-		}
-	}()
-	return func() float64 {
-		close(done)
-		wg.Wait()
-		return float64(int64(peak.Load())-int64(base)) / (1 << 20)
-	}
-}
-
 func BenchmarkUploadVsRawPut(b *testing.B) {
 	size := benchSize(b)
 	h := start(b, map[string]string{"FILES_MAX_UPLOAD": "8GiB"}, hooks{})
@@ -94,7 +59,7 @@ func BenchmarkUploadVsRawPut(b *testing.B) {
 		}
 		raw += time.Since(t0)
 
-		stop := heapPeak()
+		stop := heapPeak(50 * time.Millisecond)
 		t0 = time.Now()
 		r := h.streamForm("/upload/file", h.user("bench"), "bench.bin", newBlocks(size)) // tokens live 30 s
 		svc += time.Since(t0)

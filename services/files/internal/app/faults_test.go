@@ -8,8 +8,6 @@ import (
 	"iter"
 	"net"
 	"net/http"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,39 +172,15 @@ func TestStreamedUploadMemory(t *testing.T) {
 	tok := h.user("u")
 	h.uploadFile(tok, "warm.bin", []byte{1, 2, 3}) // warm pools and connections
 
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var ms runtime.MemStats
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(25 * time.Millisecond):
-			}
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peak.Load() {
-				peak.Store(ms.HeapInuse)
-			}
-		}
-	}()
+	stopSampling := heapPeak(25 * time.Millisecond)
 	r := h.streamForm("/upload/file", tok, "big.bin", newBlocks(size))
-	close(stop)
-	wg.Wait()
+	growthMiB := stopSampling()
 	wantStatus(t, r, http.StatusCreated)
 	if got := r.json(t)["file"].(map[string]any)["size"]; got != float64(size) {
 		t.Fatalf("size %v", got)
 	}
-	growth := int64(peak.Load()) - int64(base)
-	t.Logf("heap in use grew by %.1f MiB during a %d MiB upload", float64(growth)/(1<<20), size>>20)
-	if growth > 32<<20 {
-		t.Fatalf("heap grew by %d MiB: the upload is being buffered", growth>>20)
+	t.Logf("heap in use grew by %.1f MiB during a %d MiB upload", growthMiB, size>>20)
+	if growthMiB > 32 {
+		t.Fatalf("heap grew by %.0f MiB: the upload is being buffered", growthMiB)
 	}
 }

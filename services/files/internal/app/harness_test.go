@@ -9,8 +9,10 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,4 +289,37 @@ func (h *harness) streamForm(path, token, name string, src io.Reader) *response 
 	pr.CloseWithError(io.ErrClosedPipe)
 	wg.Wait()
 	return r
+}
+
+// heapPeak samples HeapInuse every interval until stopped and returns the
+// peak growth over the starting point in MiB.
+func heapPeak(every time.Duration) (stop func() float64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(every):
+			}
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+		}
+	}()
+	return func() float64 {
+		close(done)
+		wg.Wait()
+		return float64(int64(peak.Load())-int64(base)) / (1 << 20)
+	}
 }
