@@ -18,7 +18,8 @@ type RawResponse struct {
 	Body   []byte
 }
 
-// RawRequest sends a JSON request over a plain TCP connection to addr
+// RawRequest sends a request (JSON unless headers name another
+// Content-Type) over a plain TCP connection to addr
 // (host:port or http://host:port), ignoring a failed write, then reads the
 // answer. A server that refuses a body by its length answers and closes
 // before reading it; Go's HTTP client would report the broken write instead
@@ -31,7 +32,10 @@ func RawRequest(t testing.TB, addr, method, path string, headers map[string]stri
 	}
 	defer conn.Close()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, len(body))
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: test\r\nContent-Length: %d\r\n", method, path, len(body))
+	if _, ok := headers["Content-Type"]; !ok {
+		b.WriteString("Content-Type: application/json\r\n")
+	}
 	for k, v := range headers {
 		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
 	}
