@@ -7,21 +7,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acme/platform/pkg/logclient"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// Record types.
+// Record types: the same as the wire contract publishers use.
 const (
-	TypeLog   = "log"
-	TypeError = "error"
-	TypeDB    = "db"
+	TypeLog   = logclient.TypeLog
+	TypeError = logclient.TypeError
+	TypeDB    = logclient.TypeDB
 )
 
 // Types are the accepted record types, in the order they are documented.
-var Types = []string{TypeLog, TypeError, TypeDB}
+var Types = logclient.Types
 
 // ValidType reports whether t is one of Types (case-sensitive).
 func ValidType(t string) bool { return slices.Contains(Types, t) }
