@@ -163,7 +163,3 @@ func (m *MinIO) Stop() {
 		<-m.exited
 	}
 }
-
-// Pause stops the process with SIGSTOP (fault tests); Resume continues it.
-func (m *MinIO) Pause() error  { return m.cmd.Process.Signal(syscall.SIGSTOP) }
-func (m *MinIO) Resume() error { return m.cmd.Process.Signal(syscall.SIGCONT) }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -176,7 +177,7 @@ func RequireAdmin(c *fiber.Ctx) error {
 // Serve listens on addr until ctx ends, then shuts down within grace.
 // ready, if set, receives the bound address (useful with port 0).
 func Serve(ctx context.Context, app *fiber.App, addr string, grace time.Duration, ready func(string)) error {
-	ln, err := Listen(addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}

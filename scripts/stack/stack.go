@@ -4,7 +4,6 @@
 package stack
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -174,14 +173,6 @@ func Secret(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// ScanLines calls fn for each line of r (helper for reading logs).
-func ScanLines(r io.Reader, fn func(string)) {
-	s := bufio.NewScanner(r)
-	for s.Scan() {
-		fn(s.Text())
-	}
 }
 
 // Pid is the process id.

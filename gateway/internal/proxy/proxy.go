@@ -301,7 +301,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 			return route.Service
 		}
 		claims.Subject, claims.Role, claims.SessionID = id.UserID, id.Role, id.SessionID
-		hash = sessions.Hash(sid)
+		hash = id.Hash
 	}
 	tok, err := h.token(claims, route.Service)
 	if err != nil {

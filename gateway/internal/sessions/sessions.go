@@ -25,6 +25,7 @@ type Identity struct {
 	UserID    string
 	Role      string
 	SessionID string // public id
+	Hash      string // the cookie's hash, the key auth and revocations use
 	expires   time.Time
 }
 
@@ -139,7 +140,7 @@ func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) 
 		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil || a.User.ID == "" {
 			return Identity{}, fmt.Errorf("%w: bad /ms/me answer", ErrUnavailable)
 		}
-		return Identity{UserID: a.User.ID, Role: a.User.RoleName, SessionID: a.Session.ID}, nil
+		return Identity{UserID: a.User.ID, Role: a.User.RoleName, SessionID: a.Session.ID, Hash: Hash(sessionID)}, nil
 	case http.StatusUnauthorized, http.StatusNotFound, http.StatusBadRequest:
 		var e struct {
 			Code string `json:"code"`
