@@ -158,8 +158,15 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		log = slog.New(logclient.SlogHandler(base, self, "LOGGING")).With("svc", "logs")
 	}
 
+	// POST /log writes through a group-commit writer that outlives the
+	// HTTP server's shutdown, so in-flight requests complete.
+	writer := logs.NewWriter(store, s.Ingest.BatchSize)
+	wctx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); writer.Run(wctx) }()
+
 	api := &httpapi.API{
-		Store: store, Apps: apps, Validator: validator, Config: s.HTTP,
+		Store: store, Writer: writer, Apps: apps, Validator: validator, Config: s.HTTP,
 		Verifier: identity.NewVerifier(pub, "logs"),
 		Checks: map[string]func(context.Context) error{
 			"mongo": store.Ping,
@@ -188,6 +195,8 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	log.Info("listening", "addr", s.Addr)
 	serveErr := web.Serve(ctx, app, s.Addr, s.ShutdownGrace, ready)
+	stopWriter()
+	<-writerDone
 	stopBG()
 	wg.Wait()
 	if self != nil {

@@ -14,9 +14,9 @@ import (
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/services/logs/internal/app"
+	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/mongostore"
 	"github.com/golang-jwt/jwt/v5"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -145,19 +145,76 @@ func (v *svc) do(method, path, token string, body any) (int, map[string]any) {
 	return res.StatusCode, out
 }
 
-func (v *svc) logsColl() *mongo.Collection {
-	return v.s.Mongo.Database(v.env["MONGO_DB"]).Collection("logs")
+func (v *svc) store() *mongostore.Store {
+	return mongostore.New(v.s.Mongo.Database(v.env["MONGO_DB"]))
 }
 
-func (v *svc) count(filter bson.M) int64 {
+// count reads every listed record of the type chains and counts those
+// match accepts (all with nil), failing the test when one is listed twice.
+func (v *svc) count(match func(logs.Record) bool) int64 {
 	v.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	n, err := v.logsColl().CountDocuments(ctx, filter)
+	all, err := v.store().Listed(ctx, "")
 	if err != nil {
 		v.t.Fatal(err)
 	}
+	seen := map[string]bool{}
+	var n int64
+	for _, r := range all {
+		if seen[r.ID] {
+			v.t.Fatalf("record %s listed twice", r.ID)
+		}
+		seen[r.ID] = true
+		if match == nil || match(r) {
+			n++
+		}
+	}
 	return n
+}
+
+// checkChains fails the test unless the chains of each app list exactly
+// the records of that app in the type chains, once (call it once writes
+// have settled).
+func (v *svc) checkChains() {
+	v.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st := v.store()
+	all, err := st.Listed(ctx, "")
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	want := map[string]map[string]bool{}
+	for _, r := range all {
+		if want[r.AppID] == nil {
+			want[r.AppID] = map[string]bool{}
+		}
+		want[r.AppID][r.ID] = true
+	}
+	for app, ids := range want {
+		rs, err := st.Listed(ctx, app)
+		if err != nil {
+			v.t.Fatal(err)
+		}
+		for _, r := range rs {
+			if !ids[r.ID] {
+				v.t.Fatalf("record %s listed again, or only, in the chains of app %s", r.ID, app)
+			}
+			delete(ids, r.ID)
+		}
+		if len(ids) > 0 {
+			v.t.Fatalf("%d records of app %s missing from its chains", len(ids), app)
+		}
+	}
+}
+
+func byApp(name string) func(logs.Record) bool {
+	return func(r logs.Record) bool { return r.App == name }
+}
+
+func byMsgID(id string) func(logs.Record) bool {
+	return func(r logs.Record) bool { return r.ID == logs.RecordID(id) }
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -27,6 +27,7 @@ type Config struct {
 // API holds the handlers' dependencies.
 type API struct {
 	Store     logs.Store
+	Writer    *logs.Writer // POST /log goes through it (grouped writes)
 	Apps      *logs.Apps
 	Validator logs.Validator
 	Config    Config
@@ -110,11 +111,12 @@ func (a *API) postLog(c *fiber.Ctx) error {
 	if err != nil {
 		return a.checkError(err, *req.App, *req.Type, http.StatusBadRequest)
 	}
-	rec, err := a.Store.Insert(c.UserContext(), logs.Record{
-		AppID: app.ID, App: app.Name, Type: *req.Type, LogBody: *req.LogBody, MetricsID: metricsID,
+	rec := logs.Record{
+		AppID: app.ID, App: app.Name, Type: *req.Type, LogBody: strings.Clone(*req.LogBody), MetricsID: strings.Clone(metricsID),
 		CreatedAt: a.Now().UTC().Truncate(time.Millisecond), MsgID: "http-" + web.NewRequestID() + web.NewRequestID(),
-	})
-	if err != nil {
+	}
+	rec.ID = logs.RecordID(rec.MsgID)
+	if err := a.Writer.Write(c.UserContext(), rec); err != nil {
 		return err
 	}
 	out := toRecordJSON(rec)
@@ -198,17 +200,15 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		if !isObjectIDHex(s) {
 			return web.FieldError("before", "invalid_cursor", "before must be the id of a log record")
 		}
-		rec, err := a.Store.Get(c.UserContext(), strings.Clone(s))
-		if errors.Is(err, logs.ErrNotFound) {
-			return &web.Error{Status: http.StatusNotFound, Code: "cursor_not_found", Field: "before", Message: "no log record with the id given in before"}
-		}
-		if err != nil {
-			return err
-		}
-		q.Before = &rec
+		q.BeforeID = strings.Clone(s)
 	}
 	recs, err := a.Store.List(c.UserContext(), q)
-	if err != nil {
+	switch {
+	case errors.Is(err, logs.ErrNotFound):
+		return &web.Error{Status: http.StatusNotFound, Code: "cursor_not_found", Field: "before", Message: "no log record with the id given in before"}
+	case errors.Is(err, logs.ErrCursorMismatch):
+		return web.FieldError("before", "cursor_mismatch", "before must be the id of a record of the type (and app) being listed")
+	case err != nil:
 		return err
 	}
 	out := make([]recordJSON, len(recs))

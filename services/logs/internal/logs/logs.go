@@ -38,7 +38,7 @@ type App struct {
 
 // Record is one stored log record.
 type Record struct {
-	ID        string // time-ordered (ObjectID hex)
+	ID        string // derived from MsgID by the store (ObjectID hex)
 	AppID     string
 	App       string // the app's name, kept for convenience
 	Type      string
@@ -70,7 +70,7 @@ type Query struct {
 	AppID     string    // "" = every app
 	MetricsID string    // "" = any
 	From, To  time.Time // zero = unbounded; From inclusive, To exclusive
-	Before    *Record   // cursor: only records older than this one
+	BeforeID  string    // cursor: only records listed before this one
 	Skip      int
 	Limit     int
 }
@@ -80,16 +80,15 @@ type Store interface {
 	// EnsureApps makes an App for every name (idempotent, safe when several
 	// replicas start at once) and returns them in the order of names.
 	EnsureApps(ctx context.Context, names []string) ([]App, error)
-	// Insert stores one record, giving it an ID, and returns it
-	// (ErrDuplicate if its MsgID exists).
-	Insert(ctx context.Context, r Record) (Record, error)
-	// InsertBatch stores records, skipping those whose MsgID exists. The
-	// returned slice has one entry per record: nil when stored or already
-	// present, the error otherwise. err is set when nothing can be said
-	// about individual records (the whole write failed).
+	// InsertBatch stores records, each once per MsgID: a record whose
+	// MsgID was stored before is not stored again. The returned slice has
+	// one entry per record: nil when stored or already present, the error
+	// otherwise. err is set when nothing can be said about individual
+	// records (the write failed or ctx ended part way; a retry with the same
+	// records completes it without duplicates).
 	InsertBatch(ctx context.Context, rs []Record) (perRecord []error, err error)
-	// Get returns a record by id (ErrNotFound).
-	Get(ctx context.Context, id string) (Record, error)
+	// List returns the records of q, newest first (ErrNotFound for an
+	// unknown cursor, ErrCursorMismatch for a cursor of another type or app).
 	List(ctx context.Context, q Query) ([]Record, error)
 	// DeleteBefore removes records created before t and reports how many.
 	DeleteBefore(ctx context.Context, t time.Time) (int64, error)
@@ -100,8 +99,8 @@ type Store interface {
 
 // Errors.
 var (
-	ErrNotFound  = errors.New("not found")
-	ErrDuplicate = errors.New("duplicate message id")
+	ErrNotFound       = errors.New("not found")
+	ErrCursorMismatch = errors.New("the cursor record has another type or app")
 )
 
 // InvalidError says why a record is refused; Field names the culprit.

@@ -49,31 +49,3 @@ func TestEnsureAppsConcurrently(t *testing.T) {
 		}
 	}
 }
-
-func TestInsertDuplicateAndGet(t *testing.T) {
-	s := testkit.Get(t)
-	ctx := context.Background()
-	st := mongostore.New(s.Mongo.Database(s.Database(t)))
-	if err := st.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r, err := st.Insert(ctx, logs.Record{AppID: "a", App: "LOGGING", Type: "log", LogBody: "x", MsgID: "m1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Insert(ctx, logs.Record{AppID: "a", Type: "log", LogBody: "y", MsgID: "m1"}); err != logs.ErrDuplicate {
-		t.Fatalf("second insert: %v, want ErrDuplicate", err)
-	}
-	per, err := st.InsertBatch(ctx, []logs.Record{{Type: "log", LogBody: "z", MsgID: "m1"}, {Type: "log", LogBody: "w", MsgID: "m2"}})
-	if err != nil || per[0] != nil || per[1] != nil {
-		t.Fatalf("batch: %v %v", per, err)
-	}
-	if got, err := st.Get(ctx, r.ID); err != nil || got.LogBody != "x" {
-		t.Fatalf("get: %+v %v", got, err)
-	}
-	for _, id := range []string{"nothex", "0123456789abcdef01234567", ""} {
-		if _, err := st.Get(ctx, id); err != logs.ErrNotFound {
-			t.Fatalf("get %q: %v, want ErrNotFound", id, err)
-		}
-	}
-}

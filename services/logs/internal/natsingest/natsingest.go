@@ -101,22 +101,22 @@ type Ingestor struct {
 func (in *Ingestor) Run(ctx context.Context) error {
 	// Fetching the next batch overlaps with writing the current one: the
 	// fetcher stays one batch ahead (MaxAckPending leaves room for it).
-	batches := make(chan []jetstream.Msg, 1)
+	batches := make(chan fetched, 1)
 	fctx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()
 	go func() {
 		defer close(batches)
 		in.fetch(fctx, batches)
 	}()
-	for msgs := range batches {
+	for b := range batches {
 		if ctx.Err() != nil {
-			nakAll(msgs) // fetched but not started: give them back at once
+			nakAll(b.msgs) // fetched but not started: give them back at once
 			continue
 		}
-		if err := in.process(ctx, msgs); err != nil {
+		if err := in.process(ctx, b); err != nil {
 			stopFetch()
 			for rest := range batches {
-				nakAll(rest)
+				nakAll(rest.msgs)
 			}
 			return err
 		}
@@ -124,10 +124,18 @@ func (in *Ingestor) Run(ctx context.Context) error {
 	return nil
 }
 
+// fetched is a batch and when it was fetched (its ack deadline runs from
+// then).
+type fetched struct {
+	msgs []jetstream.Msg
+	at   time.Time
+}
+
 // fetch pulls batches until ctx ends.
-func (in *Ingestor) fetch(ctx context.Context, out chan<- []jetstream.Msg) {
+func (in *Ingestor) fetch(ctx context.Context, out chan<- fetched) {
 	fail := 0
 	for ctx.Err() == nil {
+		at := time.Now()
 		batch, err := in.Consumer.Fetch(in.Config.BatchSize, jetstream.FetchMaxWait(in.Config.FetchWait))
 		if err != nil {
 			fail++
@@ -152,7 +160,7 @@ func (in *Ingestor) fetch(ctx context.Context, out chan<- []jetstream.Msg) {
 			continue
 		}
 		select {
-		case out <- msgs:
+		case out <- fetched{msgs: msgs, at: at}:
 		case <-ctx.Done():
 			nakAll(msgs)
 			return
@@ -167,16 +175,20 @@ func nakAll(msgs []jetstream.Msg) {
 }
 
 type parsed struct {
-	msg    jetstream.Msg
-	record logs.Record
-	dead   *logs.DeadLetter
+	msg        jetstream.Msg
+	record     logs.Record
+	dead       *logs.DeadLetter
+	deliveries uint64
+	seq        uint64
+	stream     string
 }
 
 // process writes one batch. Poison messages are dead-lettered then
 // terminated; valid ones are inserted then acked. A store outage is retried
 // in place (the messages are kept alive with InProgress, so they do not burn
 // deliveries); on shutdown they are left for redelivery.
-func (in *Ingestor) process(ctx context.Context, msgs []jetstream.Msg) error {
+func (in *Ingestor) process(ctx context.Context, b fetched) error {
+	msgs := b.msgs
 	var good []parsed
 	var dead []parsed
 	for _, m := range msgs {
@@ -192,7 +204,7 @@ func (in *Ingestor) process(ctx context.Context, msgs []jetstream.Msg) error {
 		for i, p := range dead {
 			ds[i] = *p.dead
 		}
-		if !in.retry(ctx, msgs, "dead letters", func(wctx context.Context) error { return in.Store.AddDeadLetters(wctx, ds) }) {
+		if !in.retry(ctx, b, "dead letters", func(wctx context.Context) error { return in.Store.AddDeadLetters(wctx, ds) }) {
 			return nil
 		}
 		for _, p := range dead {
@@ -208,7 +220,7 @@ func (in *Ingestor) process(ctx context.Context, msgs []jetstream.Msg) error {
 		rs[i] = p.record
 	}
 	var per []error
-	if !in.retry(ctx, msgs, "records", func(wctx context.Context) error {
+	if !in.retry(ctx, b, "records", func(wctx context.Context) error {
 		var err error
 		per, err = in.Store.InsertBatch(wctx, rs)
 		return err
@@ -218,39 +230,93 @@ func (in *Ingestor) process(ctx context.Context, msgs []jetstream.Msg) error {
 	if in.afterWrite != nil && in.afterWrite(len(rs)) {
 		return nil
 	}
+	var last []logs.DeadLetter
 	for i, p := range good {
-		if per[i] != nil {
-			// A document the server refused for a reason of its own; let
-			// JetStream redeliver it later (MaxDeliver bounds the attempts).
-			in.Log.Error("ingest: record refused by the store", "msgId", p.record.MsgID, "err", per[i])
+		if per[i] == nil {
+			_ = p.msg.Ack()
+			continue
+		}
+		// A document the server refused for a reason of its own: let
+		// JetStream redeliver it later, and keep it as a dead letter when
+		// this was its last delivery.
+		in.Log.Error("ingest: record refused by the store", "msgId", p.record.MsgID, "deliveries", p.deliveries, "err", per[i])
+		if int(p.deliveries) < in.Config.MaxDeliver {
 			_ = p.msg.NakWithDelay(in.Config.AckWait)
 			continue
 		}
-		_ = p.msg.Ack()
+		last = append(last, in.deadLetter(p.msg, p.stream, p.seq, p.deliveries,
+			fmt.Sprintf("refused by the store on all %d deliveries: %v", p.deliveries, per[i])))
+	}
+	if len(last) > 0 && in.retry(ctx, b, "dead letters", func(wctx context.Context) error { return in.Store.AddDeadLetters(wctx, last) }) {
+		for _, p := range good {
+			if int(p.deliveries) >= in.Config.MaxDeliver {
+				_ = p.msg.Term()
+			}
+		}
 	}
 	return nil
 }
 
 // retry runs write until it succeeds (true) or ctx ends (false, messages
-// left unacked for redelivery).
-func (in *Ingestor) retry(ctx context.Context, msgs []jetstream.Msg, what string, write func(context.Context) error) bool {
+// left unacked for redelivery). While a write runs, the messages are kept
+// alive with progress signals; a write that finds it could not send them in
+// time (the process was paused) is cancelled, because JetStream may already
+// be redelivering its messages to another replica and the store must stop
+// listing them (see mongostore).
+func (in *Ingestor) retry(ctx context.Context, b fetched, what string, write func(context.Context) error) bool {
 	wait := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		err := write(wctx)
-		cancel()
+		err := in.attempt(ctx, b, write)
 		if err == nil {
 			return true
 		}
 		in.Log.Error("ingest: write failed, retrying", "what", what, "attempt", attempt, "err", err)
-		for _, m := range msgs {
-			_ = m.InProgress()
-		}
 		if !sleep(ctx, wait) {
 			return false
 		}
 		wait = min(wait*2, 5*time.Second)
 	}
+}
+
+// attempt runs one write with a keep-alive: every quarter of the ack wait
+// the messages get a progress signal, unless three quarters of it have
+// passed since the last one (the process was paused and JetStream is about
+// to redeliver them): then the write is cancelled.
+func (in *Ingestor) attempt(ctx context.Context, b fetched, write func(context.Context) error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	tick := max(in.Config.AckWait/4, time.Millisecond)
+	late := in.Config.AckWait * 3 / 4
+	last := b.at
+	renew := func(now time.Time) {
+		for _, m := range b.msgs {
+			_ = m.InProgress()
+		}
+		last = now
+	}
+	if time.Since(last) > tick {
+		renew(time.Now()) // fetched a while ago (behind a slow batch)
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				if now.Sub(last) > late {
+					cancel()
+					return
+				}
+				renew(now)
+			}
+		}
+	}()
+	err := write(wctx)
+	close(done)
+	return err
 }
 
 // parse turns a message into a record or a dead letter.
@@ -264,13 +330,10 @@ func (in *Ingestor) parse(m jetstream.Msg) parsed {
 		seq, deliveries, stored, stream = meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp, meta.Stream
 	}
 	msgID := m.Headers().Get(jetstream.MsgIDHeader)
+	p.deliveries, p.seq, p.stream = deliveries, seq, stream
 	poison := func(reason string) parsed {
-		data := string(m.Data())
-		if len(data) > logs.MaxDeadLetterData {
-			data = data[:logs.MaxDeadLetterData]
-		}
-		p.dead = &logs.DeadLetter{Key: fmt.Sprintf("%s:%d", stream, seq), Stream: stream, Sequence: seq, Subject: m.Subject(),
-			MsgID: msgID, Data: data, Reason: reason, Deliveries: deliveries, ReceivedAt: time.Now().UTC()}
+		d := in.deadLetter(m, stream, seq, deliveries, reason)
+		p.dead = &d
 		return p
 	}
 	if msgID == "" || len(msgID) > 128 {
@@ -311,6 +374,16 @@ func (in *Ingestor) parse(m jetstream.Msg) parsed {
 	p.record = logs.Record{AppID: app.ID, App: app.Name, Type: msg.Type, LogBody: msg.LogBody, MetricsID: msg.MetricsID,
 		CreatedAt: created.UTC().Truncate(time.Millisecond), MsgID: msgID}
 	return p
+}
+
+// deadLetter describes a message kept for admins.
+func (in *Ingestor) deadLetter(m jetstream.Msg, stream string, seq, deliveries uint64, reason string) logs.DeadLetter {
+	data := string(m.Data())
+	if len(data) > logs.MaxDeadLetterData {
+		data = data[:logs.MaxDeadLetterData]
+	}
+	return logs.DeadLetter{Key: fmt.Sprintf("%s:%d", stream, seq), Stream: stream, Sequence: seq, Subject: m.Subject(),
+		MsgID: m.Headers().Get(jetstream.MsgIDHeader), Data: data, Reason: reason, Deliveries: deliveries, ReceivedAt: time.Now().UTC()}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

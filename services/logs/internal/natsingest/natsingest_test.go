@@ -3,9 +3,11 @@ package natsingest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +18,6 @@ import (
 	"github.com/acme/platform/services/logs/internal/mongostore"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -56,11 +57,18 @@ func TestCrashBetweenWriteAndAck(t *testing.T) {
 			Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	}
 	count := func() int64 {
-		n, err := store.Logs().CountDocuments(ctx, bson.M{})
+		rs, err := store.Listed(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		seen := map[string]bool{}
+		for _, r := range rs {
+			if seen[r.ID] {
+				t.Fatalf("record %s listed twice", r.ID)
+			}
+			seen[r.ID] = true
+		}
+		return int64(len(rs))
 	}
 
 	// First consumer: acks one batch, writes the second and "crashes".
@@ -122,5 +130,104 @@ func TestBackOff(t *testing.T) {
 	}
 	if got := (Config{AckWait: time.Second, MaxDeliver: 3}).BackOff(); len(got) != 2 {
 		t.Fatalf("backoff %v, want len < MaxDeliver", got)
+	}
+}
+
+// refusing is a real store that refuses one message id on every write, as
+// a server would refuse a document for a reason of its own.
+type refusing struct {
+	*mongostore.Store
+	msgID string
+}
+
+func (r refusing) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, error) {
+	var keep []logs.Record
+	var at []int
+	per := make([]error, len(rs))
+	for i, x := range rs {
+		if x.MsgID == r.msgID {
+			per[i] = errors.New("document refused")
+			continue
+		}
+		keep = append(keep, x)
+		at = append(at, i)
+	}
+	got, err := r.Store.InsertBatch(ctx, keep)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		per[i] = got[j]
+	}
+	return per, nil
+}
+
+// A valid message the store refuses on every delivery is kept as a dead
+// letter on its last one, then terminated; the others are stored.
+func TestRefusedOnLastDeliveryIsDeadLettered(t *testing.T) {
+	s := testkit.Get(t)
+	ctx := context.Background()
+	prefix := s.SubjectPrefix(t)
+	store := mongostore.New(s.Mongo.Database(s.Database(t)))
+	apps, err := store.EnsureApps(ctx, []string{"LOGGING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Prefix: prefix, Consumer: "logs-writer", BatchSize: 10, FetchWait: 100 * time.Millisecond,
+		AckWait: 300 * time.Millisecond, MaxDeliver: 3, Duplicates: time.Minute, StreamMaxAge: time.Hour}
+	cons, err := Setup(ctx, s.JS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"ok-1", "refused", "ok-2"} {
+		data, _ := json.Marshal(logclient.Message{App: "LOGGING", Type: "log", LogBody: id})
+		m := &nats.Msg{Subject: logclient.Subject(prefix, "LOGGING", "log"), Data: data, Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	in := &Ingestor{Consumer: cons, Store: refusing{store, "refused"}, Validator: logs.Validator{Apps: logs.NewApps(apps), MaxBody: 1024},
+		Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	go func() { done <- in.Run(runCtx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	var dead []logs.DeadLetter
+	for len(dead) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no dead letter for the refused message")
+		}
+		time.Sleep(100 * time.Millisecond)
+		if dead, err = store.ListDeadLetters(ctx, 0, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer not settled: %+v", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].MsgID != "refused" || dead[0].Deliveries != 3 || !strings.Contains(dead[0].Reason, "document refused") {
+		t.Fatalf("dead letters: %+v", dead)
+	}
+	rs, err := store.Listed(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].LogBody == "refused" || rs[1].LogBody == "refused" {
+		t.Fatalf("stored: %+v", rs)
 	}
 }

@@ -1,0 +1,620 @@
+package mongostore
+
+// The read model: records are listed in chains of immutable chunks, one
+// chain per key ("t.<type>" and "a.<appId>.<type>"). Chunk n of a key has
+// _id "<key>#<n>", holds the records of one write in time order, and knows
+// its position in the chain (pos = records in chunks 1..n-1). A chunk is
+// claimed by inserting it: the unique _id makes two writers (replicas)
+// racing for n agree, and the loser moves on to n+1. Every query is then a
+// lookup by _id, the only lookup every MongoDB-wire server serves from an
+// index (FerretDB on SQLite filters and sorts everything else in memory).
+//
+// Exactly once: each record also gets a small id document in log_ids whose
+// _id is derived from the message id, written before the chunks. A
+// redelivered record collides there; its id document says which write
+// (batch) listed it and from which chunk number to look, so the store can
+// tell whether that write reached the chunks before it stopped and list the
+// record again only if it did not.
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/acme/platform/pkg/mongox"
+	"github.com/acme/platform/services/logs/internal/logs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Limits of one chunk.
+const (
+	chunkMaxRecords = 1000
+	chunkMaxBytes   = 4 << 20
+	// relistScan bounds how many chunks after its first intended place a
+	// record's write is looked for (a write lands within the chunks the
+	// other replicas claimed meanwhile).
+	relistScan = 4096
+	// relistWindow: a write lists its records within this time of its
+	// first chunk claim, or not at all.
+	relistWindow = 10 * time.Minute
+	// hintEvery: the head hint document is rewritten every hintEvery chunks.
+	hintEvery = 8
+)
+
+// recordID is logs.RecordID as an ObjectID.
+func recordID(msgID string) bson.ObjectID {
+	sum := sha256.Sum256([]byte(msgID))
+	var id bson.ObjectID
+	copy(id[:], sum[:12])
+	return id
+}
+
+func typeKey(typ string) string          { return "t." + typ }
+func appKey(appID, typ string) string    { return "a." + appID + "." + typ }
+func chunkID(key string, n int64) string { return key + "#" + strconv.FormatInt(n, 10) }
+
+type chunkRec struct {
+	ID        bson.ObjectID `bson:"i"`
+	AppID     string        `bson:"a"`
+	App       string        `bson:"p"`
+	Type      string        `bson:"t"`
+	LogBody   string        `bson:"b"`
+	MetricsID *string       `bson:"m,omitempty"`
+	CreatedAt time.Time     `bson:"c"`
+}
+
+type chunkDoc struct {
+	ID      string     `bson:"_id"`
+	Key     string     `bson:"key"`
+	N       int64      `bson:"n"`
+	Pos     int64      `bson:"pos"`
+	Count   int64      `bson:"count"`
+	Batch   string     `bson:"batch"`
+	MinAt   time.Time  `bson:"minAt"`
+	MaxAt   time.Time  `bson:"maxAt"`
+	At      time.Time  `bson:"at"`
+	Records []chunkRec `bson:"r"`
+}
+
+func (c *chunkDoc) end() int64 { return c.Pos + c.Count }
+
+// ref says where a write meant to list a record in one chain.
+type ref struct {
+	N     int64  `bson:"n"`
+	Batch string `bson:"b"`
+}
+
+type idDoc struct {
+	ID        bson.ObjectID `bson:"_id"`
+	MsgID     string        `bson:"msgId"`
+	Type      string        `bson:"type"`
+	AppID     string        `bson:"appId"`
+	T         ref           `bson:"t"`
+	A         ref           `bson:"a"`
+	CreatedAt time.Time     `bson:"createdAt"`
+}
+
+type hintDoc struct {
+	ID string `bson:"_id"`
+	N  int64  `bson:"n"`
+}
+
+// heads caches the last chunk seen per key (a hint: the chain is probed
+// forward from it on every read), and where the chain ends after it when
+// this process wrote that chunk (so the next write needs no read).
+type heads struct {
+	mu sync.Mutex
+	n  map[string]headHint
+	// claim serialises this process's writers per key, so they do not
+	// race each other for the same chunk numbers.
+	claim map[string]*sync.Mutex
+}
+
+type headHint struct {
+	n, end int64
+	known  bool // end is known: chunk n was written or read here
+}
+
+func (h *heads) get(key string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[key].n
+}
+
+func (h *heads) hint(key string) headHint {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[key]
+}
+
+func (h *heads) saw(c *chunkDoc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.N >= h.n[c.Key].n {
+		h.n[c.Key] = headHint{n: c.N, end: c.end(), known: true}
+	}
+}
+
+func (h *heads) lock(key string) func() {
+	h.mu.Lock()
+	m := h.claim[key]
+	if m == nil {
+		m = &sync.Mutex{}
+		h.claim[key] = m
+	}
+	h.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// errCrash is what the test hook beforeAppend returns.
+var errCrash = errors.New("simulated crash")
+
+func newBatchID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// chunk reads chunk n of key (nil when there is none).
+func (s *Store) chunk(ctx context.Context, key string, n int64) (*chunkDoc, error) {
+	if n < 1 {
+		return nil, nil
+	}
+	var c chunkDoc
+	err := s.chunks.FindOne(ctx, bson.M{"_id": chunkID(key, n)}).Decode(&c)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// head finds the newest chunk of key (nil for an empty chain): from the
+// cached or stored hint, probe forward by doubling steps, then bisect.
+// Chunk numbers are dense from the oldest kept chunk to the newest, and
+// retention never removes the newest, so "exists" is monotonic above the
+// hint.
+func (s *Store) head(ctx context.Context, key string) (*chunkDoc, error) {
+	h := s.heads.get(key)
+	if h == 0 {
+		var d hintDoc
+		err := s.hints.FindOne(ctx, bson.M{"_id": key}).Decode(&d)
+		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, err
+		}
+		h = d.N
+	}
+	var found *chunkDoc
+	if h > 0 {
+		c, err := s.chunk(ctx, key, h)
+		if err != nil {
+			return nil, err
+		}
+		if c == nil {
+			// A stale hint below the oldest kept chunk (retention moved
+			// on): walk up to the first chunk that exists.
+			for i := int64(1); i <= relistScan && c == nil; i++ {
+				if c, err = s.chunk(ctx, key, h+i); err != nil {
+					return nil, err
+				}
+			}
+			if c == nil {
+				return nil, fmt.Errorf("chain %s: no chunk near hint %d", key, h)
+			}
+		}
+		found = c
+	} else {
+		c, err := s.chunk(ctx, key, 1)
+		if err != nil || c == nil {
+			return nil, err
+		}
+		found = c
+	}
+	// Gallop: lo exists; find a missing hi.
+	lo := found
+	step := int64(1)
+	var hi int64
+	for {
+		c, err := s.chunk(ctx, key, lo.N+step)
+		if err != nil {
+			return nil, err
+		}
+		if c == nil {
+			hi = lo.N + step
+			break
+		}
+		lo = c
+		step *= 2
+	}
+	for hi-lo.N > 1 {
+		mid := lo.N + (hi-lo.N)/2
+		c, err := s.chunk(ctx, key, mid)
+		if err != nil {
+			return nil, err
+		}
+		if c == nil {
+			hi = mid
+		} else {
+			lo = c
+		}
+	}
+	s.heads.saw(lo)
+	return lo, nil
+}
+
+// tail finds the oldest kept chunk number of key, given its head: chunks
+// exist exactly from the tail to the head.
+func (s *Store) tail(ctx context.Context, key string, head int64) (int64, error) {
+	lo, hi := int64(0), head // chunk lo is missing (or 0), chunk hi exists
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		c, err := s.chunk(ctx, key, mid)
+		if err != nil {
+			return 0, err
+		}
+		if c == nil {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi, nil
+}
+
+// appendChunks lists recs (time order) in key's chain as one or more new
+// chunks tagged with batch. ctx ending stops it between chunks: what is
+// not listed will be on redelivery.
+func (s *Store) appendChunks(ctx context.Context, key, batch string, recs []chunkRec) error {
+	unlock := s.heads.lock(key)
+	defer unlock()
+	for len(recs) > 0 {
+		size, k := 0, 0
+		for k < len(recs) && k < s.chunkMax {
+			size += len(recs[k].LogBody) + 160
+			if k > 0 && size > chunkMaxBytes {
+				break
+			}
+			k++
+		}
+		part := recs[:k]
+		recs = recs[k:]
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Where to claim: after the cached head when this process knows
+		// where the chain ends there, else after the head found by probing.
+		var n, pos int64
+		if h := s.heads.hint(key); h.known {
+			n, pos = h.n+1, h.end
+		} else {
+			prev, err := s.head(ctx, key)
+			if err != nil {
+				return err
+			}
+			n = 1
+			if prev != nil {
+				n, pos = prev.N+1, prev.end()
+			}
+		}
+		for {
+			c := chunkDoc{ID: chunkID(key, n), Key: key, N: n, Pos: pos, Batch: batch, At: time.Now().UTC(), Records: part,
+				Count: int64(len(part)), MinAt: part[0].CreatedAt, MaxAt: part[0].CreatedAt}
+			for _, r := range part {
+				c.MinAt = minTime(c.MinAt, r.CreatedAt)
+				c.MaxAt = maxTime(c.MaxAt, r.CreatedAt)
+			}
+			_, err := s.chunks.InsertOne(ctx, c)
+			if err == nil {
+				s.heads.saw(&c)
+				if c.N%hintEvery == 0 || c.N == 1 {
+					s.hint(ctx, key, c.N)
+				}
+				break
+			}
+			if !mongox.IsDuplicate(err) {
+				return err
+			}
+			// Another replica claimed n: read its chunk and go after it.
+			next, err := s.chunk(ctx, key, n)
+			if err != nil {
+				return err
+			}
+			if next == nil {
+				return fmt.Errorf("chunk %s: duplicate key but not found", c.ID)
+			}
+			s.heads.saw(next)
+			n, pos = next.N+1, next.end()
+		}
+	}
+	return nil
+}
+
+// hint stores the chunk number as the key's starting point for processes
+// that have not seen the chain yet (best effort: a lost or stale hint only
+// costs a few more probes).
+func (s *Store) hint(ctx context.Context, key string, n int64) {
+	_, _ = s.hints.UpdateOne(ctx, bson.M{"_id": key}, bson.M{"$max": bson.M{"n": n}}, options.UpdateOne().SetUpsert(true))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// listedIn reports which records a write (batch) listed in key's chain,
+// looking from chunk from up to the head.
+func (s *Store) listedIn(ctx context.Context, key string, from int64, batch string) (map[bson.ObjectID]bool, error) {
+	out := map[bson.ObjectID]bool{}
+	var first time.Time
+	for n := max(from, 1); n < from+relistScan; n++ {
+		c, err := s.chunk(ctx, key, n)
+		if err != nil {
+			return nil, err
+		}
+		if c == nil {
+			if n == max(from, 1) {
+				// from may sit below the oldest kept chunk (records
+				// older than the retention): nothing to find there.
+				h, err := s.head(ctx, key)
+				if err != nil || h == nil || h.N <= n {
+					return out, err
+				}
+				continue
+			}
+			break
+		}
+		if first.IsZero() {
+			first = c.At
+		}
+		if c.At.Sub(first) > relistWindow {
+			// Chunks claimed this long after the write began cannot be
+			// its own: a write gives up long before (see natsingest).
+			break
+		}
+		if c.Batch != batch {
+			continue
+		}
+		for _, r := range c.Records {
+			out[r.ID] = true
+		}
+	}
+	return out, nil
+}
+
+// relistDoc marks that the records of a write (batch) missing from a chain
+// are being listed again, as batch+"r", from chunk From on. It is written
+// before those chunks, so a crash during the relisting is found the same
+// way next time.
+type relistDoc struct {
+	ID   string    `bson:"_id"`
+	From int64     `bson:"from"`
+	At   time.Time `bson:"at"`
+}
+
+func relistID(key, batch string) string { return "r|" + key + "|" + batch }
+
+// chainState is what a redelivery needs to know about one write in one
+// chain: which records it (or its relisting) listed there.
+type chainState struct {
+	listed  map[bson.ObjectID]bool
+	relist  *relistDoc
+	records []chunkRec // to list again, as batch+"r"
+}
+
+func (s *Store) chainState(ctx context.Context, key string, r ref) (*chainState, error) {
+	listed, err := s.listedIn(ctx, key, r.N, r.Batch)
+	if err != nil {
+		return nil, err
+	}
+	st := &chainState{listed: listed}
+	var d relistDoc
+	err = s.hints.FindOne(ctx, bson.M{"_id": relistID(key, r.Batch)}).Decode(&d)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return st, nil
+	case err != nil:
+		return nil, err
+	}
+	st.relist = &d
+	again, err := s.listedIn(ctx, key, d.From, r.Batch+"r")
+	if err != nil {
+		return nil, err
+	}
+	for id := range again {
+		st.listed[id] = true
+	}
+	return st, nil
+}
+
+// InsertBatch implements logs.Store. The id documents go first (one
+// unordered insert; a duplicate is a redelivery), then the records are
+// listed in their chains. A redelivered record is listed again only in a
+// chain where the write that first took it did not list it.
+func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, error) {
+	per := make([]error, len(rs))
+	if len(rs) == 0 {
+		return per, nil
+	}
+	batch := newBatchID()
+	// Warm the head cache of each chain first, so that the intended chunk
+	// numbers in the id documents are close to where the records land.
+	for _, r := range rs {
+		for _, key := range []string{typeKey(r.Type), appKey(r.AppID, r.Type)} {
+			if s.heads.get(key) == 0 {
+				if _, err := s.head(ctx, key); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	ids := make([]idDoc, len(rs))
+	docs := make([]any, len(rs))
+	for i, r := range rs {
+		id := recordID(r.MsgID)
+		ids[i] = idDoc{ID: id, MsgID: r.MsgID, Type: r.Type, AppID: r.AppID, CreatedAt: r.CreatedAt.UTC(),
+			T: ref{N: s.heads.get(typeKey(r.Type)) + 1, Batch: batch},
+			A: ref{N: s.heads.get(appKey(r.AppID, r.Type)) + 1, Batch: batch}}
+		docs[i] = ids[i]
+	}
+	dup := make([]bool, len(rs))
+	if _, err := s.ids.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+		var bwe mongo.BulkWriteException
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+			return nil, err
+		}
+		for _, we := range bwe.WriteErrors {
+			if we.Index < 0 || we.Index >= len(rs) {
+				return nil, err
+			}
+			if isDuplicateCode(we.Code) || mongox.IsDuplicate(errors.New(we.Message)) {
+				dup[we.Index] = true
+				continue
+			}
+			per[we.Index] = fmt.Errorf("write error %d: %s", we.Code, we.Message)
+		}
+	}
+	olds, err := s.readIDs(ctx, rs, ids, dup, per)
+	if err != nil {
+		return nil, err
+	}
+
+	type chainWrite struct{ key, batch string }
+	writes := map[chainWrite][]chunkRec{}
+	var order []chainWrite
+	add := func(w chainWrite, c chunkRec) {
+		if _, ok := writes[w]; !ok {
+			order = append(order, w)
+		}
+		writes[w] = append(writes[w], c)
+	}
+	states := map[chainWrite]*chainState{} // by chain and first write
+	for i, r := range rs {
+		if per[i] != nil {
+			continue
+		}
+		if !dup[i] {
+			c := toChunkRec(ids[i].ID, r)
+			add(chainWrite{typeKey(r.Type), batch}, c)
+			add(chainWrite{appKey(r.AppID, r.Type), batch}, c)
+			continue
+		}
+		// A redelivery: the stored fields win (same message id, same
+		// record), and each chain is checked for the first write.
+		old := olds[i]
+		r.Type, r.AppID, r.CreatedAt = old.Type, old.AppID, old.CreatedAt
+		c := toChunkRec(old.ID, r)
+		for _, x := range []struct {
+			key string
+			ref ref
+		}{{typeKey(old.Type), old.T}, {appKey(old.AppID, old.Type), old.A}} {
+			w := chainWrite{x.key, x.ref.Batch}
+			st := states[w]
+			if st == nil {
+				if st, err = s.chainState(ctx, x.key, x.ref); err != nil {
+					return nil, err
+				}
+				states[w] = st
+			}
+			if !st.listed[old.ID] {
+				st.records = append(st.records, c)
+			}
+		}
+	}
+	// Relistings first: mark each, then list it under the first write's
+	// batch + "r".
+	for w, st := range states {
+		if len(st.records) == 0 {
+			continue
+		}
+		if st.relist == nil {
+			h, err := s.head(ctx, w.key)
+			if err != nil {
+				return nil, err
+			}
+			d := relistDoc{ID: relistID(w.key, w.batch), From: 1, At: time.Now().UTC()}
+			if h != nil {
+				d.From = h.N + 1
+			}
+			if _, err := s.hints.InsertOne(ctx, d); err != nil && !mongox.IsDuplicate(err) {
+				return nil, err
+			}
+		}
+		for _, c := range st.records {
+			add(chainWrite{w.key, w.batch + "r"}, c)
+		}
+	}
+	slices.SortFunc(order, func(a, b chainWrite) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.batch, b.batch)) })
+	for _, w := range order {
+		if s.beforeAppend != nil {
+			if err := s.beforeAppend(ctx, w.key); err != nil {
+				return nil, err
+			}
+		}
+		recs := writes[w]
+		slices.SortStableFunc(recs, func(a, b chunkRec) int { return a.CreatedAt.Compare(b.CreatedAt) })
+		if err := s.appendChunks(ctx, w.key, w.batch, recs); err != nil {
+			return nil, err
+		}
+	}
+	return per, nil
+}
+
+func toChunkRec(id bson.ObjectID, r logs.Record) chunkRec {
+	c := chunkRec{ID: id, AppID: r.AppID, App: r.App, Type: r.Type, LogBody: r.LogBody, CreatedAt: r.CreatedAt.UTC()}
+	if r.MetricsID != "" {
+		m := r.MetricsID
+		c.MetricsID = &m
+	}
+	return c
+}
+
+// readIDs reads the id documents of the redelivered records (dup), in
+// parallel: each is a lookup by _id.
+func (s *Store) readIDs(ctx context.Context, rs []logs.Record, ids []idDoc, dup []bool, per []error) ([]idDoc, error) {
+	olds := make([]idDoc, len(rs))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	work := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				if err := s.ids.FindOne(ctx, bson.M{"_id": ids[i].ID}).Decode(&olds[i]); err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, fmt.Errorf("redelivered record %s: %w", rs[i].MsgID, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range rs {
+		if dup[i] && per[i] == nil {
+			work <- i
+		}
+	}
+	close(work)
+	wg.Wait()
+	return olds, firstErr
+}

@@ -1,0 +1,282 @@
+package mongostore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/mongostore"
+)
+
+var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+func newStore(t *testing.T) *mongostore.Store {
+	t.Helper()
+	s := testkit.Get(t)
+	st := mongostore.New(s.Mongo.Database(s.Database(t)))
+	if err := st.EnsureIndexes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// recs makes n records numbered from first, one millisecond apart, of
+// type typ, alternating between two apps.
+func recs(first, n int, typ string) []logs.Record {
+	out := make([]logs.Record, n)
+	for i := range out {
+		k := first + i
+		app := []string{"A", "B"}[k%2]
+		out[i] = logs.Record{AppID: "app" + app, App: app, Type: typ, LogBody: fmt.Sprint("body ", k), MsgID: fmt.Sprint("msg-", typ, "-", k),
+			CreatedAt: t0.Add(time.Duration(k) * time.Millisecond)}
+		if k%7 == 0 {
+			out[i].MetricsID = "m7"
+		}
+	}
+	return out
+}
+
+func insert(t *testing.T, st *mongostore.Store, rs []logs.Record) {
+	t.Helper()
+	per, err := st.InsertBatch(context.Background(), slices.Clone(rs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range per {
+		if e != nil {
+			t.Fatalf("record %d: %v", i, e)
+		}
+	}
+}
+
+// bodies lists a query page by page (or by cursor) and returns the bodies.
+func list(t *testing.T, st *mongostore.Store, q logs.Query) []string {
+	t.Helper()
+	got, err := st.List(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(got))
+	for i, r := range got {
+		out[i] = r.LogBody
+	}
+	return out
+}
+
+// want returns the bodies of records [lo, hi) newest first that pass keep.
+func want(lo, hi int, keep func(k int) bool) []string {
+	var out []string
+	for k := hi - 1; k >= lo; k-- {
+		if keep == nil || keep(k) {
+			out = append(out, fmt.Sprint("body ", k))
+		}
+	}
+	return out
+}
+
+func checkOnce(t *testing.T, st *mongostore.Store, appID string, n int) {
+	t.Helper()
+	ids, err := st.Listed(context.Background(), appID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range ids {
+		id := r.ID
+		if seen[id] {
+			t.Fatalf("chains of %q: record %s listed twice", appID, id)
+		}
+		seen[id] = true
+	}
+	if len(ids) != n {
+		t.Fatalf("chains of %q: %d records listed, want %d", appID, len(ids), n)
+	}
+}
+
+// Pages by number, by cursor, per app and with filters return exactly the
+// records a newest-first listing of everything written has at those places,
+// across chunk boundaries (batches of different sizes, one larger than a
+// chunk).
+func TestPagesAndCursors(t *testing.T) {
+	st := newStore(t)
+	mongostore.SetChunkMax(st, 64)
+	all := recs(0, 600, "log")
+	insert(t, st, all[:1])
+	insert(t, st, all[1:100])
+	insert(t, st, all[100:400]) // several chunks per chain
+	insert(t, st, all[400:600])
+	insert(t, st, recs(0, 40, "error"))
+	checkOnce(t, st, "", 640)
+	checkOnce(t, st, "appA", 320)
+
+	ctx := context.Background()
+	full := want(0, 600, nil)
+	for _, c := range []struct{ page, limit int }{{1, 50}, {2, 50}, {7, 50}, {6, 100}, {7, 100}, {1, 500}, {2, 500}, {12, 50}, {13, 50}} {
+		got := list(t, st, logs.Query{Type: "log", Skip: (c.page - 1) * c.limit, Limit: c.limit})
+		lo := min((c.page-1)*c.limit, len(full))
+		hi := min(lo+c.limit, len(full))
+		if !slices.Equal(got, full[lo:hi]) {
+			t.Fatalf("page %d of %d: got %d records %.3q…, want %d %.3q…", c.page, c.limit, len(got), got, hi-lo, full[lo:hi])
+		}
+	}
+	appB := want(0, 600, func(k int) bool { return k%2 == 1 })
+	if got := list(t, st, logs.Query{Type: "log", AppID: "appB", Skip: 150, Limit: 50}); !slices.Equal(got, appB[150:200]) {
+		t.Fatalf("app page 4: %.3q, want %.3q", got, appB[150:200])
+	}
+	// A cursor 300 records deep, then the next page from the last record.
+	cursor := all[299]
+	got := list(t, st, logs.Query{Type: "log", BeforeID: logs.RecordID(cursor.MsgID), Limit: 50})
+	if !slices.Equal(got, want(249, 299, nil)) {
+		t.Fatalf("before record 299: %.3q", got)
+	}
+	got = list(t, st, logs.Query{Type: "log", AppID: "appB", BeforeID: logs.RecordID(cursor.MsgID), Limit: 3})
+	if !slices.Equal(got, []string{"body 297", "body 295", "body 293"}) {
+		t.Fatalf("app cursor: %q", got)
+	}
+	got = list(t, st, logs.Query{Type: "log", BeforeID: logs.RecordID(all[2].MsgID), Limit: 50})
+	if !slices.Equal(got, []string{"body 1", "body 0"}) {
+		t.Fatalf("cursor near the end: %q", got)
+	}
+	got = list(t, st, logs.Query{Type: "log", MetricsID: "m7", Skip: 10, Limit: 5})
+	if !slices.Equal(got, want(0, 600, func(k int) bool { return k%7 == 0 })[10:15]) {
+		t.Fatalf("metricsId filter: %q", got)
+	}
+	got = list(t, st, logs.Query{Type: "log", From: t0.Add(100 * time.Millisecond), To: t0.Add(110 * time.Millisecond), Limit: 50})
+	if !slices.Equal(got, want(100, 110, nil)) {
+		t.Fatalf("time range: %q", got)
+	}
+	if got := list(t, st, logs.Query{Type: "log", Skip: 600, Limit: 50}); len(got) != 0 {
+		t.Fatalf("past the end: %q", got)
+	}
+	if got := list(t, st, logs.Query{Type: "db", Limit: 50}); len(got) != 0 {
+		t.Fatalf("empty type: %q", got)
+	}
+	for _, c := range []struct {
+		q    logs.Query
+		want error
+	}{
+		{logs.Query{Type: "log", BeforeID: "0123456789abcdef01234567", Limit: 5}, logs.ErrNotFound},
+		{logs.Query{Type: "error", BeforeID: logs.RecordID(cursor.MsgID), Limit: 5}, logs.ErrCursorMismatch},
+		{logs.Query{Type: "log", AppID: "appA", BeforeID: logs.RecordID(cursor.MsgID), Limit: 5}, logs.ErrCursorMismatch},
+	} {
+		if _, err := st.List(ctx, c.q); !errors.Is(err, c.want) {
+			t.Fatalf("%+v: %v, want %v", c.q, err, c.want)
+		}
+	}
+}
+
+// A write that stops after its id documents (before any chain, or between
+// the type chain and the app chain) is completed by the retry of the same
+// records, which lists each record once in every chain; records already
+// complete are not listed again.
+func TestRetryAfterCrashListsOnce(t *testing.T) {
+	for _, crashAt := range []string{"before the chains", "between the chains"} {
+		t.Run(crashAt, func(t *testing.T) {
+			st := newStore(t)
+			insert(t, st, recs(0, 100, "log"))
+			batch := recs(100, 200, "log")
+			mongostore.FailBeforeAppend(st, func(key string) bool {
+				return crashAt == "before the chains" || key != mongostore.TypeKey("log")
+			})
+			if _, err := st.InsertBatch(context.Background(), slices.Clone(batch)); err == nil {
+				t.Fatal("the crash hook did not stop the write")
+			}
+			mongostore.FailBeforeAppend(st, nil)
+			// The redelivery comes with other records, new and old.
+			again := append(slices.Clone(batch), recs(300, 50, "log")...)
+			again = append(again, recs(0, 10, "log")...)
+			insert(t, st, again)
+			insert(t, st, batch) // a second redelivery changes nothing
+			checkOnce(t, st, "", 350)
+			checkOnce(t, st, "appA", 175)
+			checkOnce(t, st, "appB", 175)
+			got := list(t, st, logs.Query{Type: "log", Limit: 500})
+			if len(got) != 350 {
+				t.Fatalf("%d records listed, want 350", len(got))
+			}
+			// A relisted record works as a cursor in both chains: the page
+			// after it is what follows it in the full listing.
+			cur := batch[50]
+			for _, q := range []logs.Query{{Type: "log"}, {Type: "log", AppID: cur.AppID}} {
+				q.Limit = 500
+				full := list(t, st, q)
+				at := slices.Index(full, cur.LogBody)
+				q.BeforeID, q.Limit = logs.RecordID(cur.MsgID), 5
+				if after := list(t, st, q); at < 0 || !slices.Equal(after, full[at+1:min(at+6, len(full))]) {
+					t.Fatalf("%+v: after %q got %q, want %q", q, cur.LogBody, after, full[at+1:min(at+6, len(full))])
+				}
+			}
+		})
+	}
+}
+
+// Replicas writing the same chains at once each claim their own chunks:
+// every record is listed once and the pages still add up.
+func TestConcurrentWriters(t *testing.T) {
+	s := testkit.Get(t)
+	db := s.Mongo.Database(s.Database(t))
+	const writers, batches, per = 3, 8, 40
+	var wg sync.WaitGroup
+	for w := range writers {
+		st := mongostore.New(db)
+		mongostore.SetChunkMax(st, 16)
+		wg.Go(func() {
+			for b := range batches {
+				rs := recs((w*batches+b)*per, per, "log")
+				if per, err := st.InsertBatch(context.Background(), rs); err != nil || slices.ContainsFunc(per, func(e error) bool { return e != nil }) {
+					t.Errorf("writer %d: %v %v", w, err, per)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := mongostore.New(db)
+	total := writers * batches * per
+	checkOnce(t, st, "", total)
+	checkOnce(t, st, "appA", total/2)
+	full := list(t, st, logs.Query{Type: "log", Limit: total})
+	if len(full) != total {
+		t.Fatalf("one page of everything: %d records", len(full))
+	}
+	for p := range total / 50 {
+		if got := list(t, st, logs.Query{Type: "log", Skip: p * 50, Limit: 50}); !slices.Equal(got, full[p*50:p*50+50]) {
+			t.Fatalf("page %d differs from the full listing", p+1)
+		}
+	}
+}
+
+// Retention removes whole chunks older than the cutoff, keeps the newest
+// chunk of every chain, and pages after it still line up.
+func TestRetention(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.EnsureApps(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, st, recs(0, 100, "log"))
+	insert(t, st, recs(100, 100, "log"))
+	insert(t, st, recs(200, 100, "log"))
+	n, err := st.DeleteBefore(ctx, t0.Add(150*time.Millisecond))
+	if err != nil || n != 100 {
+		t.Fatalf("deleted %d (%v), want the first chunk's 100", n, err)
+	}
+	checkOnce(t, st, "", 200)
+	if got := list(t, st, logs.Query{Type: "log", Skip: 150, Limit: 100}); !slices.Equal(got, want(100, 150, nil)) {
+		t.Fatalf("last page after retention: %q", got)
+	}
+	if n, err := st.DeleteBefore(ctx, t0.Add(time.Hour)); err != nil || n != 100 {
+		t.Fatalf("second sweep deleted %d (%v), want 100 (the newest chunk stays)", n, err)
+	}
+	if got := list(t, st, logs.Query{Type: "log", Limit: 2}); !slices.Equal(got, want(298, 300, nil)) {
+		t.Fatalf("newest after retention: %q", got)
+	}
+	insert(t, st, recs(300, 10, "log"))
+	checkOnce(t, st, "", 110)
+}

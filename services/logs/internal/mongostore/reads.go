@@ -1,0 +1,299 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/acme/platform/services/logs/internal/logs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// maxFilterScan bounds the chunks a filtered query (metricsId, from, to)
+// reads for one page; a page cut short by it ends with the records found.
+const maxFilterScan = 20000
+
+func fromChunkRec(c chunkRec) logs.Record {
+	r := logs.Record{ID: c.ID.Hex(), AppID: c.AppID, App: c.App, Type: c.Type, LogBody: c.LogBody, CreatedAt: c.CreatedAt.UTC()}
+	if c.MetricsID != nil {
+		r.MetricsID = *c.MetricsID
+	}
+	return r
+}
+
+func queryKey(q logs.Query) string {
+	if q.AppID != "" {
+		return appKey(q.AppID, q.Type)
+	}
+	return typeKey(q.Type)
+}
+
+// List implements logs.Store: newest first in the chain of the query's key.
+// Without filters, page p is found by position (a bisection over chunk
+// numbers); a cursor is found through its id document; filters walk the
+// chain from there.
+func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
+	key := queryKey(q)
+	head, err := s.head(ctx, key)
+	if err != nil || head == nil {
+		return []logs.Record{}, err
+	}
+	// start: the chunk and the index in it of the newest record to look at.
+	var start *chunkDoc
+	var idx int
+	filtered := q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero()
+	switch {
+	case q.BeforeID != "":
+		c, i, err := s.locate(ctx, q, key)
+		if err != nil {
+			return nil, err
+		}
+		start, idx = c, i-1
+	case filtered:
+		start, idx = head, len(head.Records)-1
+	default:
+		top := head.end() - int64(q.Skip) // records [0, top) remain
+		if top <= 0 {
+			return []logs.Record{}, nil
+		}
+		if start, err = s.findPos(ctx, key, head, top-1); err != nil || start == nil {
+			return []logs.Record{}, err
+		}
+		idx = int(top - 1 - start.Pos)
+		q.Skip = 0
+	}
+	out := make([]logs.Record, 0, q.Limit)
+	skip := q.Skip
+	c := start
+	for scanned := 0; c != nil && len(out) < q.Limit; scanned++ {
+		if filtered && (scanned >= maxFilterScan || (!q.From.IsZero() && c.MaxAt.Before(q.From))) {
+			break
+		}
+		for i := min(idx, len(c.Records)-1); i >= 0 && len(out) < q.Limit; i-- {
+			r := c.Records[i]
+			if !matches(q, r) {
+				continue
+			}
+			if skip > 0 {
+				skip--
+				continue
+			}
+			out = append(out, fromChunkRec(r))
+		}
+		if len(out) >= q.Limit {
+			break
+		}
+		if c, err = s.chunk(ctx, key, c.N-1); err != nil {
+			return nil, err
+		}
+		idx = chunkMaxRecords
+	}
+	return out, nil
+}
+
+func matches(q logs.Query, r chunkRec) bool {
+	if q.MetricsID != "" && (r.MetricsID == nil || *r.MetricsID != q.MetricsID) {
+		return false
+	}
+	if !q.From.IsZero() && r.CreatedAt.Before(q.From) {
+		return false
+	}
+	if !q.To.IsZero() && !r.CreatedAt.Before(q.To) {
+		return false
+	}
+	return true
+}
+
+// findPos returns the chunk holding position p (0 = the oldest record ever
+// listed in the chain), or nil when p is older than the oldest kept chunk.
+func (s *Store) findPos(ctx context.Context, key string, head *chunkDoc, p int64) (*chunkDoc, error) {
+	if p >= head.Pos {
+		return head, nil
+	}
+	// Chunk numbers below lo hold positions <= p or are gone; hi's chunk
+	// starts after p. Positions grow with chunk numbers.
+	lo, hi := int64(0), head.N
+	var best *chunkDoc
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		c, err := s.chunk(ctx, key, mid)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case c == nil: // below the oldest kept chunk
+			lo = mid
+		case c.Pos > p:
+			hi = mid
+		default:
+			lo, best = mid, c
+		}
+	}
+	if best != nil && best.N == lo {
+		return best, nil
+	}
+	return s.chunk(ctx, key, lo)
+}
+
+// locate finds the cursor record in key's chain: its chunk and index.
+func (s *Store) locate(ctx context.Context, q logs.Query, key string) (*chunkDoc, int, error) {
+	oid, err := bson.ObjectIDFromHex(q.BeforeID)
+	if err != nil {
+		return nil, 0, logs.ErrNotFound
+	}
+	var d idDoc
+	if err := s.ids.FindOne(ctx, bson.M{"_id": oid}).Decode(&d); err != nil {
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, 0, logs.ErrNotFound
+		}
+		return nil, 0, err
+	}
+	if d.Type != q.Type || (q.AppID != "" && d.AppID != q.AppID) {
+		return nil, 0, logs.ErrCursorMismatch
+	}
+	r := d.T
+	if q.AppID != "" {
+		r = d.A
+	}
+	c, i, err := s.findIn(ctx, key, r.N, r.Batch, oid)
+	if c != nil || err != nil {
+		return c, i, err
+	}
+	// Listed again by a later delivery?
+	var rd relistDoc
+	if err := s.hints.FindOne(ctx, bson.M{"_id": relistID(key, r.Batch)}).Decode(&rd); err != nil {
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, 0, logs.ErrNotFound
+		}
+		return nil, 0, err
+	}
+	if c, i, err = s.findIn(ctx, key, rd.From, r.Batch+"r", oid); c != nil || err != nil {
+		return c, i, err
+	}
+	return nil, 0, logs.ErrNotFound
+}
+
+// findIn looks for record id among the chunks a write (batch) claimed in
+// key's chain from chunk from on (nil when it is not there).
+func (s *Store) findIn(ctx context.Context, key string, from int64, batch string, id bson.ObjectID) (*chunkDoc, int, error) {
+	var first time.Time
+	for n := max(from, 1); n < from+relistScan; n++ {
+		c, err := s.chunk(ctx, key, n)
+		if err != nil || c == nil {
+			return nil, 0, err
+		}
+		if first.IsZero() {
+			first = c.At
+		}
+		if c.At.Sub(first) > relistWindow {
+			return nil, 0, nil
+		}
+		if c.Batch != batch {
+			continue
+		}
+		for i, rec := range c.Records {
+			if rec.ID == id {
+				return c, i, nil
+			}
+		}
+	}
+	return nil, 0, nil
+}
+
+// DeleteBefore implements logs.Store: whole chunks whose newest record is
+// older than t go, oldest first, in every chain (the newest chunk of a
+// chain stays: it anchors the positions); then the id documents.
+func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
+	var deleted int64
+	for _, key := range s.chainKeys() {
+		head, err := s.head(ctx, key)
+		if err != nil {
+			return deleted, err
+		}
+		if head == nil {
+			continue
+		}
+		n, err := s.tail(ctx, key, head.N)
+		if err != nil {
+			return deleted, err
+		}
+		for ; n < head.N; n++ {
+			c, err := s.chunk(ctx, key, n)
+			if err != nil {
+				return deleted, err
+			}
+			if c == nil {
+				continue
+			}
+			if !c.MaxAt.Before(t) {
+				break
+			}
+			if _, err := s.chunks.DeleteOne(ctx, bson.M{"_id": c.ID}); err != nil {
+				return deleted, err
+			}
+			if key[0] == 't' {
+				deleted += c.Count
+			}
+		}
+	}
+	if _, err := s.ids.DeleteMany(ctx, bson.M{"createdAt": bson.M{"$lt": t.UTC()}}); err != nil {
+		return deleted, err
+	}
+	if _, err := s.hints.DeleteMany(ctx, bson.M{"at": bson.M{"$lt": t.UTC()}}); err != nil {
+		return deleted, err
+	}
+	return deleted, nil
+}
+
+// chainKeys lists every chain: one per type, one per (known app, type).
+func (s *Store) chainKeys() []string {
+	s.appsMu.Lock()
+	apps := s.appIDs
+	s.appsMu.Unlock()
+	var keys []string
+	for _, typ := range logs.Types {
+		keys = append(keys, typeKey(typ))
+		for _, a := range apps {
+			keys = append(keys, appKey(a, typ))
+		}
+	}
+	return keys
+}
+
+// Listed returns every record listed in the type chains (appID "") or in
+// the chains of one app, oldest chunk first, once per listing: tests and
+// benchmarks count lost and duplicated records with it.
+func (s *Store) Listed(ctx context.Context, appID string) ([]logs.Record, error) {
+	var out []logs.Record
+	for _, typ := range logs.Types {
+		key := typeKey(typ)
+		if appID != "" {
+			key = appKey(appID, typ)
+		}
+		head, err := s.head(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if head == nil {
+			continue
+		}
+		tail, err := s.tail(ctx, key, head.N)
+		if err != nil {
+			return nil, err
+		}
+		for n := tail; n <= head.N; n++ {
+			c, err := s.chunk(ctx, key, n)
+			if err != nil {
+				return nil, err
+			}
+			if c == nil {
+				continue
+			}
+			for _, r := range c.Records {
+				out = append(out, fromChunkRec(r))
+			}
+		}
+	}
+	return out, nil
+}
