@@ -246,7 +246,6 @@ func TestLogsThroughGateway(t *testing.T) {
 	// Exactly n, each once, in the app's chain and in the type's.
 	if a, b := listAll(t, admin, byApp), listAll(t, admin, byType); a != n || b != n {
 
-
 		t.Fatalf("after the restart: %d records listed for the app, %d for the type; want exactly %d", a, b, n)
 	}
 	// And through the gateway, served by the new process.
