@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := func() int { defer testkit.Stop(); return m.Run() }()
+	code = reportAPICoverage(code)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -105,7 +106,9 @@ func (b *syncBuffer) String() string {
 	return b.Buffer.String()
 }
 
-// client is a browser-like HTTP client with its own cookie jar.
+// client is a browser-like HTTP client with its own cookie jar. Every
+// exchange with the gateway is checked against the OpenAPI document
+// (openapi_test.go).
 type client struct {
 	t    *testing.T
 	base string
@@ -114,7 +117,7 @@ type client struct {
 
 func newClient(t *testing.T, base string) *client {
 	jar, _ := cookiejar.New(nil)
-	return &client{t: t, base: base, http: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+	return &client{t: t, base: base, http: &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: checked(t, base, nil)}}
 }
 
 func (c *client) do(method, path string, body any) (int, map[string]any, http.Header) {
@@ -266,13 +269,31 @@ func TestServicesRefuseDirectCalls(t *testing.T) {
 
 func TestGatewayReadyz(t *testing.T) {
 	p, sec, _ := platform(t, nil)
-	resp, err := http.Get(p.GatewayURL + "/readyz")
+	gw := newClient(t, p.GatewayURL)
+	if r := gw.raw("GET", "/readyz", nil, nil, ""); r.status != 200 {
+		t.Fatalf("readyz %d %s", r.status, r.body)
+	}
+	if r := gw.raw("GET", "/healthz", nil, nil, ""); r.status != 200 || r.json(t)["status"] != "ok" {
+		t.Fatalf("healthz %d %s", r.status, r.body)
+	}
+	// The API document, as written and as JSON, revalidated by ETag.
+	want, err := os.ReadFile(openapiPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("readyz %d", resp.StatusCode)
+	doc := gw.raw("GET", "/openapi.yaml", nil, nil, "")
+	if doc.status != 200 || !bytes.Equal(doc.body, want) {
+		t.Fatalf("GET /openapi.yaml: %d, %d bytes (file: %d)", doc.status, len(doc.body), len(want))
+	}
+	if r := gw.raw("GET", "/openapi.yaml", map[string]string{"If-None-Match": doc.header.Get("ETag")}, nil, ""); r.status != 304 {
+		t.Fatalf("GET /openapi.yaml revalidated: %d", r.status)
+	}
+	js := gw.raw("GET", "/openapi.json", nil, nil, "")
+	if js.status != 200 || js.json(t)["openapi"] != "3.1.0" {
+		t.Fatalf("GET /openapi.json: %d", js.status)
+	}
+	if r := gw.raw("GET", "/openapi.json", map[string]string{"If-None-Match": js.header.Get("ETag")}, nil, ""); r.status != 304 {
+		t.Fatalf("GET /openapi.json revalidated: %d", r.status)
 	}
 	// Oversized bodies are a 413 JSON through the real processes, whatever
 	// their size relative to socket buffers (never a 503 from a broken write).
@@ -296,17 +317,106 @@ func TestGatewayReadyz(t *testing.T) {
 		}
 	}
 	p.Procs["auth"].Stop(5 * time.Second)
-	resp, err = http.Get(p.GatewayURL + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 503 {
-		t.Fatalf("readyz with auth stopped: %d", resp.StatusCode)
+	if r := gw.raw("GET", "/readyz", nil, nil, ""); r.status != 503 || r.json(t)["checks"] == nil {
+		t.Fatalf("readyz with auth stopped: %d %s", r.status, r.body)
 	}
 	c := newClient(t, p.GatewayURL)
 	st, body, _ := c.do("POST", "/signin", map[string]string{"email": "a@b.c", "password": "whatever1"})
 	if st != 503 || body["code"] == nil {
 		t.Fatalf("signin with auth down: %d %v", st, body)
 	}
+}
+
+// Sessions and user administration beyond the walk-through, through the
+// gateway: a user's own sessions (list, end one, end the others), the
+// service form of /me with the service credential, and an administrator
+// listing, reading, editing and deleting a user.
+func TestAccountAdministration(t *testing.T) {
+	p, sec, _ := platform(t, nil)
+	gw := p.GatewayURL
+	admin := signIn(t, gw, sec.AdminEmail, sec.AdminPassword)
+	created := admin.mustStatus(201, "POST", "/users", map[string]any{
+		"email": "ada@example.com", "password": "correct horse battery", "fullName": "Ada", "edv": "E-1", "sector": "Maths",
+	})
+	adaID, _ := created["user"].(map[string]any)["id"].(string)
+	ada := signIn(t, gw, "ada@example.com", "correct horse battery")
+	tablet := signIn(t, gw, "ada@example.com", "correct horse battery")
+	phone := signIn(t, gw, "ada@example.com", "correct horse battery")
+
+	// Sessions: three, one of them the caller's.
+	list, _ := ada.mustStatus(200, "GET", "/me/sessions", nil)["sessions"].([]any)
+	var current int
+	for _, s := range list {
+		if s.(map[string]any)["current"] == true {
+			current++
+		}
+	}
+	if len(list) != 3 || current != 1 {
+		t.Fatalf("GET /me/sessions: %v", list)
+	}
+	tabletSessions, _ := tablet.mustStatus(200, "GET", "/me/sessions", nil)["sessions"].([]any)
+	var tabletID string
+	for _, s := range tabletSessions {
+		if m := s.(map[string]any); m["current"] == true {
+			tabletID, _ = m["id"].(string)
+		}
+	}
+	ada.mustStatus(200, "DELETE", "/me/sessions/"+tabletID, nil)
+	// The ended sessions' cached identities leave this gateway's cache
+	// through auth's revocation event on NATS: soon, not synchronously.
+	soon := func(c *client, want int, path string) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			status, _, _ := c.do("GET", path, nil)
+			if status == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: %d, want %d within 3s", path, status, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	soon(tablet, 401, "/me")
+	ada.mustStatus(404, "DELETE", "/me/sessions/"+tabletID, nil)
+	if ended := ada.mustStatus(200, "DELETE", "/me/sessions", nil)["ended"]; ended != float64(1) {
+		t.Fatalf("DELETE /me/sessions ended %v, want 1", ended)
+	}
+	soon(phone, 401, "/me")
+	ada.mustStatus(200, "GET", "/me", nil)
+
+	// GET /ms/me through the gateway: the service credential, not a cookie.
+	svc := newClient(t, gw)
+	body := func() io.Reader { return strings.NewReader(`{"sessionId":"` + ada.cookie() + `"}`) }
+	r := svc.raw("GET", "/ms/me", map[string]string{"X-Service-Credential": sec.ServiceCredential}, body(), "application/json")
+	if m := r.json(t); r.status != 200 || m["user"].(map[string]any)["id"] != adaID || m["session"] == nil {
+		t.Fatalf("GET /ms/me: %d %s", r.status, r.body)
+	}
+	if r := svc.raw("GET", "/ms/me", map[string]string{"X-Service-Credential": "wrong"}, body(), "application/json"); r.status != 401 {
+		t.Fatalf("GET /ms/me with a wrong credential: %d %s", r.status, r.body)
+	}
+
+	// Administration.
+	ada.mustStatus(403, "GET", "/users", nil)
+	users := admin.mustStatus(200, "GET", "/users?page=1&limit=10", nil)
+	if all, _ := users["users"].([]any); len(all) != 2 || users["total"] != float64(2) {
+		t.Fatalf("GET /users: %v", users)
+	}
+	admin.mustStatus(400, "GET", "/users?limit=0", nil)
+	if u := admin.mustStatus(200, "GET", "/users/"+adaID, nil)["user"].(map[string]any); u["sector"] != "Maths" {
+		t.Fatalf("GET /users/{id}: %v", u)
+	}
+	edited := admin.mustStatus(200, "PATCH", "/users/"+adaID, map[string]any{"sector": "", "roleName": "admin"})
+	if u := edited["user"].(map[string]any); u["sector"] != nil || u["roleName"] != "admin" {
+		t.Fatalf("PATCH /users/{id}: %v", u)
+	}
+	admin.mustStatus(404, "GET", "/users/nope", nil)
+	soon(ada, 200, "/log/dead") // the new role reaches the gateway's cache over NATS
+	if m := ada.mustStatus(409, "PATCH", "/users/"+adaID, map[string]any{"roleName": "user"}); m["code"] != "cannot_demote_self" {
+		t.Fatalf("self-demotion: %v", m)
+	}
+	admin.mustStatus(200, "DELETE", "/users/"+adaID, nil)
+	admin.mustStatus(404, "DELETE", "/users/"+adaID, nil)
+	soon(ada, 401, "/me")
 }

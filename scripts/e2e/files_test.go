@@ -95,7 +95,7 @@ func (c *client) raw(method, path string, hdr map[string]string, body io.Reader,
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	hc := &http.Client{Jar: c.http.Jar, Timeout: 2 * time.Minute, Transport: &http.Transport{DisableCompression: true}}
+	hc := &http.Client{Jar: c.http.Jar, Timeout: 2 * time.Minute, Transport: checked(c.t, c.base, &http.Transport{DisableCompression: true})}
 	resp, err := hc.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
@@ -220,6 +220,13 @@ func TestFilesThroughGateway(t *testing.T) {
 	if rg.status != 206 || !bytes.Equal(rg.body, pdf[100:200]) || rg.header.Get("Content-Range") != fmt.Sprintf("bytes 100-199/%d", len(pdf)) {
 		t.Fatalf("range: %d %q %d bytes", rg.status, rg.header.Get("Content-Range"), len(rg.body))
 	}
+	if hd := ada.raw("HEAD", "/download/file/"+id, nil, nil, ""); hd.status != 200 || len(hd.body) != 0 ||
+		hd.header.Get("Content-Length") != fmt.Sprint(len(pdf)) || hd.header.Get("ETag") != etag {
+		t.Fatalf("HEAD download: %d %v", hd.status, hd.header)
+	}
+	if r := ada.raw("GET", "/download/file/"+id, map[string]string{"Range": fmt.Sprintf("bytes=%d-", len(pdf)+10)}, nil, ""); r.status != 416 {
+		t.Fatalf("range outside the file: %d %s", r.status, r.body)
+	}
 
 	// A compressible text file: gzip on the wire when accepted, plain otherwise.
 	text := []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 2000))
@@ -284,6 +291,10 @@ func TestFilesThroughGateway(t *testing.T) {
 		!strings.Contains(pub.header.Get("Cache-Control"), "max-age=31536000") || pub.header.Get("X-Content-Type-Options") != "nosniff" {
 		t.Fatalf("public image: %d %v", pub.status, pub.header)
 	}
+	if hd := anon.raw("HEAD", strings.TrimPrefix(url, gw), nil, nil, ""); hd.status != 200 || len(hd.body) != 0 || hd.header.Get("Content-Length") != fmt.Sprint(len(pub.body)) {
+		t.Fatalf("HEAD image: %d %v", hd.status, hd.header)
+	}
+	checkErrSentID(t, "a file id as an image", anon.raw("GET", "/images/"+id, nil, nil, ""), 404, id)
 	if cfg, format, err := image.DecodeConfig(bytes.NewReader(pub.body)); err != nil || format != "png" || cfg.Width != 120 {
 		t.Fatalf("public image does not decode: %v %s %v", cfg, format, err)
 	}

@@ -158,6 +158,26 @@ func TestLogsThroughGateway(t *testing.T) {
 	admin.mustStatus(400, "POST", "/log", map[string]any{"app": "NO-SUCH-APP", "type": "error", "logBody": "x"})
 	admin.mustStatus(400, "POST", "/log", map[string]any{"app": "SERVER-APP-A", "type": "warning", "logBody": "x"})
 
+	// The query parameters beyond the spec: limit, the before cursor,
+	// metricsId and a time range.
+	newest := logsOf(t, admin.mustStatus(201, "GET", "/log/error/1/SERVER-APP-A?limit=1", nil))
+	if len(newest) != 1 || newest[0]["logBody"] != "disk full" {
+		t.Fatalf("limit=1: %v", newest)
+	}
+	older := logsOf(t, admin.mustStatus(201, "GET", "/log/error/1/SERVER-APP-A?limit=1&before="+newest[0]["id"].(string), nil))
+	if len(older) != 1 || older[0]["logBody"] != "disk almost full" {
+		t.Fatalf("before cursor: %v", older)
+	}
+	if ls := logsOf(t, admin.mustStatus(201, "GET", "/log/error/1?metricsId=m-1", nil)); len(ls) != 1 || ls[0]["metricsId"] != "m-1" {
+		t.Fatalf("metricsId filter: %v", ls)
+	}
+	window := url.Values{"from": {time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}, "to": {time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}}
+	if ls := logsOf(t, admin.mustStatus(201, "GET", "/log/error/1?"+window.Encode(), nil)); len(ls) != 3 {
+		t.Fatalf("from/to: %d records, want 3", len(ls))
+	}
+	admin.mustStatus(400, "GET", "/log/error/1?before=not-an-id", nil)
+	admin.mustStatus(404, "GET", "/log/error/1?before=000000000000000000000000", nil)
+
 	// Over NATS with pkg/logclient: queryable through the gateway within seconds.
 	s := testkit.Get(t)
 	lv, _ := launched.Load(p)
@@ -186,6 +206,27 @@ func TestLogsThroughGateway(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+
+	// A poison message (unknown app on the subject) is dead-lettered and
+	// listed by GET /log/dead.
+	poison := nats.NewMsg(servers.SubjectPrefix + ".logs.NO-SUCH-APP.error")
+	poison.Header.Set("Nats-Msg-Id", "poison-1")
+	poison.Data = []byte(`{"logBody":"never stored"}`)
+	if err := nc.PublishMsg(poison); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		dead, _ := admin.mustStatus(200, "GET", "/log/dead?page=1&limit=10", nil)["deadLetters"].([]any)
+		if len(dead) == 1 && dead[0].(map[string]any)["msgId"] == "poison-1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("poison message not dead-lettered after 10s: %v", dead)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ada.mustStatus(403, "GET", "/log/dead", nil)
 
 	// Kill the logs process (SIGKILL) while N records are being published,
 	// start a new one: exactly N stored.

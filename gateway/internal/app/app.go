@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acme/platform/gateway/internal/openapi"
 	"github.com/acme/platform/gateway/internal/proxy"
 	"github.com/acme/platform/gateway/internal/sessions"
 	"github.com/acme/platform/pkg/config"
@@ -151,6 +152,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", readyz(pools, nc, transport))
+	openapi.Register(mux) // GET /openapi.yaml, /openapi.json: the public API's document
 	mux.Handle("/", handler)
 
 	srv := &http.Server{
