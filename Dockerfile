@@ -1,12 +1,24 @@
 # One image pattern for every service: multi-stage, static binary, distroless
-# non-root runtime with no shell. Build with --build-arg SERVICE=gateway|services/auth|...
-FROM golang:1.26-bookworm AS build
+# non-root runtime with no shell. Build with --build-arg SERVICE=gateway or
+# services/auth, services/files, services/logs (compose.yaml does).
+# scripts/composecheck checks this file keeps to the pattern.
+
+FROM golang:1.26.11-bookworm AS build
 ARG SERVICE
 WORKDIR /src
-COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/app ./${SERVICE}
+# Only the shared module and the service itself; the service's go.mod
+# replaces github.com/acme/platform/pkg with ../pkg or ../../pkg.
+COPY pkg/ pkg/
+COPY ${SERVICE}/ ${SERVICE}/
+WORKDIR /src/${SERVICE}
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOWORK=off GOFLAGS=-buildvcs=false \
+    go build -trimpath -ldflags="-s -w" -o /out/app .
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/app /app
 USER nonroot:nonroot
+# `/app healthcheck` GETs its own /readyz (pkg/healthcheck): no shell needed.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["/app", "healthcheck"]
 ENTRYPOINT ["/app"]

@@ -4,11 +4,20 @@
 // service's prefix (AUTH_ADDR) and then without it (ADDR is never used for
 // addresses, but MONGO_URL is shared by all services), so values common to
 // every service are set once and a single service can still override them.
+//
+// Any shared setting can also come from a file: KEY_FILE names a file whose
+// content (surrounding white space removed) is the value, as Docker and
+// compose secrets mount them under /run/secrets. At each level the variable
+// itself wins over its _FILE variant: AUTH_KEY, AUTH_KEY_FILE, KEY, KEY_FILE.
+// Values read from files are masked when the configuration is logged, and so
+// is the password of any URL.
 package config
 
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -36,22 +45,39 @@ func New(prefix string, getenv Getenv) *Reader {
 	return &Reader{prefix: strings.ToUpper(prefix), getenv: getenv}
 }
 
-func (r *Reader) lookup(key string, shared bool) (string, string) {
+// FileSuffix marks a variable that names a file holding the value.
+const FileSuffix = "_FILE"
+
+// lookup returns the variable that supplied key, its value and whether the
+// value came from a file. withFiles enables the KEY_FILE variants.
+func (r *Reader) lookup(key string, shared, withFiles bool) (string, string, bool) {
+	var names []string
 	if r.prefix != "" {
-		k := r.prefix + "_" + key
-		if v := r.getenv(k); v != "" {
-			return k, v
-		}
+		names = append(names, r.prefix+"_"+key)
 	}
 	if shared {
-		if v := r.getenv(key); v != "" {
-			return key, v
+		names = append(names, key)
+	}
+	for _, k := range names {
+		if v := r.getenv(k); v != "" {
+			return k, v, false
+		}
+		if !withFiles {
+			continue
+		}
+		if path := r.getenv(k + FileSuffix); path != "" {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				r.errs = append(r.errs, fmt.Sprintf("%s: %v", k+FileSuffix, err))
+				return k + FileSuffix, "", true
+			}
+			return k + FileSuffix, strings.TrimSpace(string(b)), true
 		}
 	}
-	return "", ""
+	return "", "", false
 }
 
-// String returns PREFIX_KEY, else KEY, else def.
+// String returns PREFIX_KEY, else KEY, else def (each also from a _FILE).
 func (r *Reader) String(key, def string) string {
 	return r.str(key, def, true, false)
 }
@@ -62,19 +88,57 @@ func (r *Reader) Own(key, def string) string {
 	return r.str(key, def, false, false)
 }
 
-// Secret is String for values that must never be printed.
+// Secret is String for values that must never be printed. Deployments
+// should pass secrets as files (KEY_FILE=/run/secrets/...) rather than in
+// the environment.
 func (r *Reader) Secret(key, def string) string {
 	return r.str(key, def, true, true)
 }
 
 func (r *Reader) str(key, def string, shared, secret bool) string {
-	k, v := r.lookup(key, shared)
+	// Own settings (listen addresses) are never secrets: no _FILE variant.
+	k, v, fromFile := r.lookup(key, shared, shared)
 	if k == "" {
 		v = def
 		k = r.prefix + "_" + key
 	}
-	r.seen = append(r.seen, entry{k, v, secret})
+	r.seen = append(r.seen, entry{k, v, secret || fromFile})
 	return v
+}
+
+// URLWithLogin returns the URL setting key (looked up like String) with the
+// user name from userKey and the password from passwordKey (a Secret, so
+// passwordKey_FILE works) placed in its user information. When userKey is
+// unset the URL is returned as configured. It lets a deployment keep the
+// password in a secrets file while the address stays an ordinary setting,
+// for clients that take credentials in the URL (nats.go, the MongoDB
+// driver). The result is logged with its password masked.
+func (r *Reader) URLWithLogin(key, def, userKey, passwordKey string) string {
+	raw := r.String(key, def)
+	user := r.String(userKey, "")
+	pass := r.Secret(passwordKey, "")
+	if user == "" {
+		if pass != "" {
+			r.errs = append(r.errs, fmt.Sprintf("%s is set but %s is not", passwordKey, userKey))
+		}
+		return raw
+	}
+	// nats.go takes a comma-separated list of servers: log in to each.
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.Host == "" {
+			r.errs = append(r.errs, fmt.Sprintf("%s: %q is not a URL with a host", key, Redact(p)))
+			return raw
+		}
+		if pass == "" {
+			u.User = url.User(user)
+		} else {
+			u.User = url.UserPassword(user, pass)
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 // Int parses an integer setting.
@@ -147,10 +211,33 @@ func (r *Reader) Log(l *slog.Logger) {
 		v := e.value
 		if e.secret && v != "" {
 			v = "***"
+		} else {
+			v = Redact(v)
 		}
 		attrs = append(attrs, slog.String(e.key, v))
 	}
 	l.Info("configuration", attrs...)
+}
+
+// Redact masks the password of a URL ("nats://auth:xxxxx@nats:4222"); any
+// other string is returned unchanged. Use it before logging a URL that may
+// carry credentials.
+func Redact(s string) string {
+	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
+		return s
+	}
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			// Unparsable but may still hold credentials: keep the scheme only.
+			scheme, _, _ := strings.Cut(p, "://")
+			parts[i] = scheme + "://***"
+			continue
+		}
+		parts[i] = u.Redacted()
+	}
+	return strings.Join(parts, ",")
 }
 
 // ParseSize parses "1048576", "512KiB", "64MiB", "1GiB".

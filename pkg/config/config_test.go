@@ -1,6 +1,12 @@
 package config
 
 import (
+	"bytes"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -31,6 +37,144 @@ func TestParseSize(t *testing.T) {
 	for _, in := range []string{"", "-1", "1TB", "x"} {
 		if _, err := ParseSize(in); err == nil {
 			t.Fatalf("%q accepted", in)
+		}
+	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSecretFromFile(t *testing.T) {
+	own := writeFile(t, "own-secret\n")
+	shared := writeFile(t, "  shared-secret \r\n")
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"prefixedFile", map[string]string{"AUTH_PASSWORD_FILE": own, "PASSWORD": "plain"}, "own-secret"},
+		{"sharedFile", map[string]string{"PASSWORD_FILE": shared}, "shared-secret"},
+		{"variableWinsOverItsFile", map[string]string{"AUTH_PASSWORD": "plain", "AUTH_PASSWORD_FILE": own}, "plain"},
+		{"prefixedVariableWinsOverSharedFile", map[string]string{"AUTH_PASSWORD": "plain", "PASSWORD_FILE": shared}, "plain"},
+		{"default", map[string]string{}, "def"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := New("auth", func(k string) string { return c.env[k] })
+			if got := r.Secret("PASSWORD", "def"); got != c.want {
+				t.Fatalf("got %q, want %q", got, c.want)
+			}
+			if err := r.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestFileErrors(t *testing.T) {
+	env := map[string]string{"PASSWORD_FILE": filepath.Join(t.TempDir(), "missing")}
+	r := New("auth", func(k string) string { return env[k] })
+	if got := r.Secret("PASSWORD", "def"); got != "" {
+		t.Fatalf("a missing file must not fall back to the default: %q", got)
+	}
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "PASSWORD_FILE") {
+		t.Fatalf("want an error naming PASSWORD_FILE, got %v", err)
+	}
+	// Own settings (listen addresses) have no _FILE variant.
+	env = map[string]string{"AUTH_ADDR_FILE": writeFile(t, ":9999")}
+	r = New("auth", func(k string) string { return env[k] })
+	if got := r.Own("ADDR", ":8081"); got != ":8081" {
+		t.Fatalf("Own read a file: %q", got)
+	}
+}
+
+func TestLogMasksFilesAndURLPasswords(t *testing.T) {
+	env := map[string]string{
+		"IDENTITY_PUBLIC_KEY_FILE": writeFile(t, "file-content-123"),
+		"NATS_URL":                 "nats://auth:url-pass-456@nats:4222",
+		"MONGO_DB":                 "acme",
+	}
+	r := New("auth", func(k string) string { return env[k] })
+	if got := r.String("IDENTITY_PUBLIC_KEY", ""); got != "file-content-123" {
+		t.Fatalf("String from file: %q", got)
+	}
+	if got := r.String("NATS_URL", ""); got != env["NATS_URL"] {
+		t.Fatalf("NATS_URL: %q", got)
+	}
+	r.String("MONGO_DB", "")
+	var buf bytes.Buffer
+	r.Log(slog.New(slog.NewJSONHandler(&buf, nil)))
+	out := buf.String()
+	for _, leaked := range []string{"file-content-123", "url-pass-456"} {
+		if strings.Contains(out, leaked) {
+			t.Fatalf("log line shows %q: %s", leaked, out)
+		}
+	}
+	for _, shown := range []string{`"MONGO_DB":"acme"`, "nats://auth:xxxxx@nats:4222", `"IDENTITY_PUBLIC_KEY_FILE":"***"`} {
+		if !strings.Contains(out, shown) {
+			t.Fatalf("log line lacks %s: %s", shown, out)
+		}
+	}
+}
+
+func TestURLWithLogin(t *testing.T) {
+	pw := writeFile(t, "p@ss/w:rd\n")
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string
+		bad  bool
+	}{
+		{"noUser", map[string]string{"NATS_URL": "nats://nats:4222"}, "nats://nats:4222", false},
+		{"userAndPasswordFile", map[string]string{"NATS_URL": "nats://nats:4222", "NATS_USER": "auth", "NATS_PASSWORD_FILE": pw},
+			"nats://auth:p%40ss%2Fw%3Ard@nats:4222", false},
+		{"prefixedUser", map[string]string{"NATS_URL": "nats://nats:4222", "AUTH_NATS_USER": "auth", "NATS_PASSWORD": "x"},
+			"nats://auth:x@nats:4222", false},
+		{"everyServer", map[string]string{"NATS_URL": "nats://n1:4222, nats://n2:4222", "NATS_USER": "auth", "NATS_PASSWORD": "x"},
+			"nats://auth:x@n1:4222,nats://auth:x@n2:4222", false},
+		{"replacesUserInURL", map[string]string{"NATS_URL": "nats://old:old@nats:4222", "NATS_USER": "auth", "NATS_PASSWORD": "x"},
+			"nats://auth:x@nats:4222", false},
+		{"passwordWithoutUser", map[string]string{"NATS_URL": "nats://nats:4222", "NATS_PASSWORD": "x"}, "nats://nats:4222", true},
+		{"notAURL", map[string]string{"NATS_URL": "nats:4222", "NATS_USER": "auth"}, "nats:4222", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := New("auth", func(k string) string { return c.env[k] })
+			got := r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD")
+			if got != c.want {
+				t.Fatalf("got %q, want %q", got, c.want)
+			}
+			if (r.Err() != nil) != c.bad {
+				t.Fatalf("err = %v, want error: %v", r.Err(), c.bad)
+			}
+		})
+	}
+	// The password the client sees is the file's, decoded.
+	u, err := url.Parse("nats://auth:p%40ss%2Fw%3Ard@nats:4222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := u.User.Password(); p != "p@ss/w:rd" {
+		t.Fatalf("decoded password %q", p)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://nats:4222":                        "nats://nats:4222",
+		"mongodb://u:secret@mongo:27017/?x=1":     "mongodb://u:xxxxx@mongo:27017/?x=1",
+		"nats://a:s1@n1:4222,nats://a:s2@n2:4222": "nats://a:xxxxx@n1:4222,nats://a:xxxxx@n2:4222",
+		"admin@acme.local":                        "admin@acme.local",
+		"nats://a:s%zz@n1":                        "nats://***",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

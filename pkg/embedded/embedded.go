@@ -120,3 +120,35 @@ func FreeAddr() (string, error) {
 	defer l.Close()
 	return l.Addr().String(), nil
 }
+
+// NATSWithConfig starts an embedded NATS server from a configuration file
+// (deploy/nats.conf, to test its permissions) on a free loopback port, with
+// JetStream storing under dir instead of the file's store_dir and the
+// monitoring endpoint, if the file enables it, on a free loopback port.
+// Variables in the file ($NAME) resolve from the process environment, as
+// nats-server resolves them.
+func NATSWithConfig(path, dir string) (*server.Server, error) {
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
+	if opts.HTTPPort != 0 {
+		opts.HTTPHost, opts.HTTPPort = "127.0.0.1", server.RANDOM_PORT
+	}
+	opts.StoreDir = dir
+	opts.NoSigs, opts.NoLog = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(15 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("nats: not ready after 15s")
+	}
+	return s, nil
+}

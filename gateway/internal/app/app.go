@@ -55,7 +55,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		SessionTTL:     r.Duration("SESSION_CACHE_TTL", 5*time.Second),
 		TokenTTL:       r.Duration("TOKEN_TTL", 30*time.Second),
 		AllowedOrigins: r.List("ALLOWED_ORIGINS", ""),
-		NATSURL:        r.String("NATS_URL", "nats://127.0.0.1:4222"),
+		NATSURL:        r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
 		SubjectPrefix:  r.String("NATS_SUBJECT_PREFIX", "acme"),
 		ShutdownGrace:  r.Duration("SHUTDOWN_GRACE", 20*time.Second),
 		ReadHeader:     r.Duration("READ_HEADER_TIMEOUT", 10*time.Second),

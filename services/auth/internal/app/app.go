@@ -60,7 +60,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		Addr:          r.Own("ADDR", "127.0.0.1:8081"),
 		MongoURL:      r.Secret("MONGO_URL", "mongodb://127.0.0.1:27017"),
 		MongoDB:       r.String("MONGO_DB", "acme"),
-		NATSURL:       r.String("NATS_URL", "nats://127.0.0.1:4222"),
+		NATSURL:       r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
 		SubjectPrefix: r.String("NATS_SUBJECT_PREFIX", "acme"),
 		IdentityKey:   r.String("IDENTITY_PUBLIC_KEY", ""),
 		CookieSecure:  r.Bool("COOKIE_SECURE", true),
@@ -191,7 +191,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 	defer nc.Close()
 	if !nc.IsConnected() {
-		log.Warn("nats not reachable yet; revocations are logged until it is", "url", cfg.NATSURL)
+		log.Warn("nats not reachable yet; revocations are logged until it is", "url", config.Redact(cfg.NATSURL))
 	}
 
 	// Our own errors also go to the administrators' log store, as ACME-AUTH.

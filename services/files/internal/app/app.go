@@ -68,7 +68,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 			UploadThreads: uint(r.Int("S3_UPLOAD_THREADS", 2)),
 		},
 		IdentityKey:      r.String("IDENTITY_PUBLIC_KEY", ""),
-		NATSURL:          r.Secret("NATS_URL", "nats://127.0.0.1:4222"),
+		NATSURL:          r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
 		SubjectPrefix:    r.String("NATS_SUBJECT_PREFIX", "acme"),
 		PublicBaseURL:    r.String("PUBLIC_BASE_URL", "http://127.0.0.1:8080"),
 		MaxUpload:        r.Int64("MAX_UPLOAD", 1<<30),

@@ -45,7 +45,7 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 		Addr:      r.Own("ADDR", "127.0.0.1:8083"),
 		MongoURL:  r.Secret("MONGO_URL", "mongodb://127.0.0.1:27017"),
 		MongoDB:   r.String("MONGO_DB", "acme"),
-		NATSURL:   r.Secret("NATS_URL", "nats://127.0.0.1:4222"),
+		NATSURL:   r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
 		Prefix:    r.String("NATS_SUBJECT_PREFIX", "acme"),
 		PublicKey: r.String("IDENTITY_PUBLIC_KEY", ""),
 		Org:       r.Own("ORG", "ACME"),
