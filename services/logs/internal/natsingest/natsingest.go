@@ -88,6 +88,7 @@ type Ingestor struct {
 	Validator logs.Validator
 	Config    Config
 	Log       *slog.Logger
+	Meter     Meter // may be nil
 
 	// afterWrite, when set (tests), runs after a batch is written and before
 	// it is acked; returning true abandons the batch unacked, as a crash
@@ -199,6 +200,7 @@ func (in *Ingestor) process(ctx context.Context, msgs []jetstream.Msg) error {
 			in.Log.Warn("ingest: poison message terminated", "subject", p.dead.Subject, "seq", p.dead.Sequence, "reason", p.dead.Reason)
 			_ = p.msg.TermWithReason(p.dead.Reason)
 		}
+		in.meter().DeadLettered(len(dead))
 	}
 	if len(good) == 0 {
 		return nil
@@ -218,7 +220,13 @@ func (in *Ingestor) process(ctx context.Context, msgs []jetstream.Msg) error {
 	if in.afterWrite != nil && in.afterWrite(len(rs)) {
 		return nil
 	}
+	stored, dups := 0, 0
 	for i, p := range good {
+		if errors.Is(per[i], logs.ErrDuplicate) { // already stored: success
+			dups++
+			_ = p.msg.Ack()
+			continue
+		}
 		if per[i] != nil {
 			// A document the server refused for a reason of its own; let
 			// JetStream redeliver it later (MaxDeliver bounds the attempts).
@@ -226,8 +234,11 @@ func (in *Ingestor) process(ctx context.Context, msgs []jetstream.Msg) error {
 			_ = p.msg.NakWithDelay(in.Config.AckWait)
 			continue
 		}
+		stored++
 		_ = p.msg.Ack()
 	}
+	in.meter().Stored(stored)
+	in.meter().Duplicates(dups)
 	return nil
 }
 
