@@ -11,7 +11,7 @@ import (
 )
 
 // /metrics answers without an identity token and counts what the NATS
-// consumer did: records stored, poison dead-lettered.
+// consumer did: records stored, duplicates acked, poison dead-lettered.
 func TestMetrics(t *testing.T) {
 	v := startService(t, map[string]string{"LOGS_METRICS_INTERVAL": "100ms"})
 	subj := v.prefix() + ".logs.ACME-S3.log"
@@ -49,6 +49,7 @@ func TestMetrics(t *testing.T) {
 		want   float64
 	}{
 		{"acme_logs_ingested_total", nil, 3},
+		{"acme_logs_duplicates_total", nil, 1},
 		{"acme_logs_dead_lettered_total", nil, 1},
 		{"acme_http_requests_total", []string{"route", "/log/", "method", "POST", "status", "201"}, 1},
 		{"acme_http_requests_total", []string{"route", "unmatched", "method", "GET", "status", "401"}, 1},

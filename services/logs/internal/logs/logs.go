@@ -84,9 +84,10 @@ type Store interface {
 	// (ErrDuplicate if its MsgID exists).
 	Insert(ctx context.Context, r Record) (Record, error)
 	// InsertBatch stores records, skipping those whose MsgID exists. The
-	// returned slice has one entry per record: nil when stored or already
-	// present, the error otherwise. err is set when nothing can be said
-	// about individual records (the whole write failed).
+	// returned slice has one entry per record: nil when stored,
+	// ErrDuplicate when already present, the error otherwise. err is set
+	// when nothing can be said about individual records (the whole write
+	// failed).
 	InsertBatch(ctx context.Context, rs []Record) (perRecord []error, err error)
 	// Get returns a record by id (ErrNotFound).
 	Get(ctx context.Context, id string) (Record, error)

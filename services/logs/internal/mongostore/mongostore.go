@@ -162,7 +162,8 @@ func (s *Store) Insert(ctx context.Context, r logs.Record) (logs.Record, error) 
 
 // InsertBatch implements logs.Store with one unordered InsertMany: the
 // documents that do not collide are all written, and a duplicate key on
-// msgId (a redelivery) counts as success.
+// msgId (a redelivery) is reported as logs.ErrDuplicate, which callers
+// treat as success.
 func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, error) {
 	per := make([]error, len(rs))
 	if len(rs) == 0 {
@@ -189,6 +190,7 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 			return nil, err
 		}
 		if isDuplicateCode(we.Code) {
+			per[we.Index] = logs.ErrDuplicate
 			continue
 		}
 		per[we.Index] = fmt.Errorf("write error %d: %s", we.Code, we.Message)

@@ -65,7 +65,7 @@ func TestInsertDuplicateAndGet(t *testing.T) {
 		t.Fatalf("second insert: %v, want ErrDuplicate", err)
 	}
 	per, err := st.InsertBatch(ctx, []logs.Record{{Type: "log", LogBody: "z", MsgID: "m1"}, {Type: "log", LogBody: "w", MsgID: "m2"}})
-	if err != nil || per[0] != nil || per[1] != nil {
+	if err != nil || per[0] != logs.ErrDuplicate || per[1] != nil {
 		t.Fatalf("batch: %v %v", per, err)
 	}
 	if got, err := st.Get(ctx, r.ID); err != nil || got.LogBody != "x" {
