@@ -11,6 +11,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // RequestIDHeader carries the request id between the gateway and services.
@@ -27,9 +28,14 @@ type Options struct {
 	Log       *slog.Logger
 	BodyLimit int  // bytes; default 1 MiB
 	Stream    bool // stream request bodies instead of buffering them
+	// Metrics, when set, gets the request instruments and is served at
+	// GET /metrics (see Instrument).
+	Metrics *prometheus.Registry
 }
 
-// NewApp returns a Fiber app with JSON errors, request ids and access logs.
+// NewApp returns a Fiber app with JSON errors, request ids, access logs and,
+// with Options.Metrics, request metrics and /metrics. Register routes that
+// need an identity token after it.
 func NewApp(o Options) *fiber.App {
 	if o.BodyLimit <= 0 {
 		o.BodyLimit = 1 << 20
@@ -49,10 +55,15 @@ func NewApp(o Options) *fiber.App {
 		ErrorHandler:                 ErrorHandler(o.Log),
 	})
 	app.Use(RequestIDs, AccessLog(o.Log))
+	if o.Metrics != nil {
+		Instrument(app, o.Metrics)
+	}
 	return app
 }
 
 // RequestIDs takes a well-formed X-Request-Id or makes one, and echoes it.
+// The id is also put into the request's user context (WithRequestID), so
+// log lines written with that context carry it (LogHandler).
 func RequestIDs(c *fiber.Ctx) error {
 	rid := c.Get(RequestIDHeader)
 	if !ValidRequestID(rid) {
@@ -61,6 +72,7 @@ func RequestIDs(c *fiber.Ctx) error {
 		rid = string([]byte(rid)) // Fiber reuses the header buffer
 	}
 	c.Locals(localRequestID, rid)
+	c.SetUserContext(WithRequestID(c.UserContext(), rid))
 	c.Set(RequestIDHeader, rid)
 	return c.Next()
 }
@@ -136,7 +148,9 @@ func Health(app *fiber.App, checks map[string]func(context.Context) error) {
 }
 
 // RequireIdentity refuses (401) any request without a valid identity token
-// from the gateway and stores the claims for Identity.
+// from the gateway and stores the claims for Identity. It exempts nothing
+// itself: /healthz, /readyz (Health) and /metrics (Instrument, NewApp) answer
+// without a token because they are registered before it is mounted.
 func RequireIdentity(v *identity.Verifier) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		claims, err := v.Verify(c.Get(identity.Header))

@@ -109,8 +109,10 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
      -d '{"email":"%[2]s","password":"%[3]s"}' %[1]s/signin
    curl -b jar %[1]s/me
  Data: %[5]s   MongoDB wire: %[6]s   NATS: %[7]s   MinIO: %[8]s
+ Metrics: gateway %[9]s  auth %[10]s  files %[11]s  logs %[12]s
 ================================================================
-`, p.GatewayURL, sec.AdminEmail, sec.AdminPassword, filepath.Join(dataDir, "dev-secrets.json"), dataDir, mongo.URI, ns.ClientURL(), mi.Endpoint)
+`, p.GatewayURL, sec.AdminEmail, sec.AdminPassword, filepath.Join(dataDir, "dev-secrets.json"), dataDir, mongo.URI, ns.ClientURL(), mi.Endpoint,
+		p.MetricsURLs["gateway"], p.MetricsURLs["auth"], p.MetricsURLs["files"], p.MetricsURLs["logs"])
 
 	// Stop when asked or when a service dies.
 	died := make(chan string, len(p.Procs))

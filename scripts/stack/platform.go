@@ -58,7 +58,10 @@ type Options struct {
 type Platform struct {
 	Procs      map[string]*Proc
 	GatewayURL string
-	order      []*Proc
+	// MetricsURLs are the /metrics endpoints by service name (the gateway's
+	// on its own listener, the services' on their ports).
+	MetricsURLs map[string]string
+	order       []*Proc
 }
 
 // Launch starts auth, files, logs, then the gateway, each on its own port.
@@ -77,6 +80,18 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 		addrs[name] = a
 	}
 	p.GatewayURL = "http://" + addrs["gateway"]
+	metricsAddr := o.Env["GATEWAY_METRICS_ADDR"]
+	if metricsAddr == "" {
+		a, err := embedded.FreeAddr() // not 9090: several platforms may run at once (tests)
+		if err != nil {
+			return nil, err
+		}
+		metricsAddr = a
+	}
+	p.MetricsURLs = map[string]string{"gateway": "http://" + metricsAddr + "/metrics"}
+	for _, name := range []string{"auth", "files", "logs"} {
+		p.MetricsURLs[name] = "http://" + addrs[name] + "/metrics"
+	}
 	common := []string{
 		"MONGO_URL=" + s.MongoURL, "MONGO_DB=" + s.MongoDB,
 		"NATS_URL=" + s.NATSURL, "NATS_SUBJECT_PREFIX=" + s.SubjectPrefix,
@@ -93,7 +108,7 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 		"logs": {"LOGS_ADDR=" + addrs["logs"]},
 		"gateway": {"GATEWAY_ADDR=" + addrs["gateway"], "GATEWAY_IDENTITY_PRIVATE_KEY=" + sec.IdentityPrivatePEM,
 			"GATEWAY_AUTH_URL=http://" + addrs["auth"], "GATEWAY_FILES_URL=http://" + addrs["files"],
-			"GATEWAY_LOGS_URL=http://" + addrs["logs"]},
+			"GATEWAY_LOGS_URL=http://" + addrs["logs"], "GATEWAY_METRICS_ADDR=" + metricsAddr},
 	}
 	for _, name := range Services {
 		bin, ok := o.Bins[name]

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,12 +21,15 @@ import (
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/metrics"
+	"github.com/acme/platform/pkg/web"
 	"github.com/nats-io/nats.go"
 )
 
 // Config is the gateway's configuration.
 type Config struct {
 	Addr           string
+	MetricsAddr    string // "" when off
 	AuthURLs       []string
 	FilesURLs      []string
 	LogsURLs       []string
@@ -47,6 +51,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	r := config.New("GATEWAY", getenv)
 	c := Config{
 		Addr:           r.Own("ADDR", "127.0.0.1:8080"),
+		MetricsAddr:    r.Own("METRICS_ADDR", "127.0.0.1:9090"),
 		AuthURLs:       r.List("AUTH_URL", "http://127.0.0.1:8081"),
 		FilesURLs:      r.List("FILES_URL", "http://127.0.0.1:8082"),
 		LogsURLs:       r.List("LOGS_URL", "http://127.0.0.1:8083"),
@@ -78,12 +83,26 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	if c.Credential == "" {
 		return c, r, errors.New("GATEWAY_SERVICE_CREDENTIAL (or SERVICE_CREDENTIAL) is required")
 	}
+	if c.MetricsAddr == "off" {
+		c.MetricsAddr = ""
+	} else if c.MetricsAddr == c.Addr && !strings.HasSuffix(c.Addr, ":0") {
+		return c, r, errors.New("GATEWAY_METRICS_ADDR must differ from GATEWAY_ADDR: metrics are not served on the public port")
+	}
 	return c, r, nil
 }
 
 // Run serves the gateway until ctx ends. ready, if set, receives the bound
 // address.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
+	return run(ctx, getenv, stdout, ready, hooks{})
+}
+
+// hooks let tests learn more than Run tells.
+type hooks struct {
+	metricsReady func(addr string) // the metrics listener's bound address
+}
+
+func run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string), hk hooks) error {
 	base := slog.NewJSONHandler(stdout, nil)
 	log := slog.New(base).With("service", "gateway")
 	cfg, reader, err := loadConfig(getenv)
@@ -129,7 +148,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	if err != nil {
 		return err
 	}
-	defer closeSelfLog()
+	defer closeSelfLog() // idempotent; called in order below on a normal stop
+	// Lines logged with a request's context carry its id.
+	log = web.WithRequestIDs(log)
 	subject := cfg.SubjectPrefix + ".auth.revoked"
 	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		var rev sessions.Revocation
@@ -155,15 +176,42 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	openapi.Register(mux) // GET /openapi.yaml, /openapi.json: the public API's document
 	mux.Handle("/", handler)
 
+	// Requests are counted by the route table entry (the proxy names it)
+	// or the mux pattern. The metrics are served on their own listener,
+	// never on the public port and never proxied (see docs/operations.md).
+	reg := metrics.NewRegistry()
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           metrics.NewHTTP(reg).Middleware(mux),
 		ReadHeaderTimeout: cfg.ReadHeader,
 		IdleTimeout:       cfg.Idle,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	var msrv *http.Server
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		mmux := http.NewServeMux()
+		mmux.Handle("GET "+web.MetricsPath, metrics.Handler(reg))
+		msrv = &http.Server{Handler: mmux, ReadHeaderTimeout: cfg.ReadHeader, IdleTimeout: cfg.Idle,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() {
+			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics listener stopped", "err", err)
+			}
+		}()
+		log.Info("metrics listening", "addr", mln.Addr().String())
+		if hk.metricsReady != nil {
+			hk.metricsReady(mln.Addr().String())
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
+		if msrv != nil {
+			msrv.Close()
+		}
 		return err
 	}
 	log.Info("gateway listening", "addr", ln.Addr().String())
@@ -190,12 +238,34 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
+		if msrv != nil {
+			msrv.Close()
+		}
 		return err
 	case <-ctx.Done():
 	}
+	// Shutdown: the listener closes at once (new connections are refused),
+	// in-flight requests finish within GATEWAY_SHUTDOWN_GRACE (streams
+	// still running then are cut), the metrics listener stops, our
+	// buffered error logs are published, and NATS drains.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(sctx)
+	if err != nil {
+		log.Warn("in-flight requests cut at the shutdown deadline", "grace", cfg.ShutdownGrace.String(), "err", err)
+		srv.Close()
+	}
+	if msrv != nil {
+		mctx, mcancel := context.WithTimeout(context.Background(), time.Second)
+		if msrv.Shutdown(mctx) != nil {
+			msrv.Close()
+		}
+		mcancel()
+	}
+	closeSelfLog()
+	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
+		log.Warn("nats drain", "err", derr)
+	}
 	log.Info("gateway stopped")
 	return err
 }

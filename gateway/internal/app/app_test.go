@@ -99,6 +99,7 @@ func startGateway(t *testing.T, extra map[string]string) *gw {
 		"NATS_URL":                     s.NATSURL,
 		"NATS_SUBJECT_PREFIX":          s.SubjectPrefix(t),
 		"GATEWAY_ALLOWED_ORIGINS":      "https://app.example.com",
+		"GATEWAY_METRICS_ADDR":         "127.0.0.1:0", // never a fixed port in tests
 	}
 	for k, v := range extra {
 		env[k] = v

@@ -24,6 +24,7 @@ import (
 
 	"github.com/acme/platform/gateway/internal/sessions"
 	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/web"
 )
 
@@ -223,7 +224,7 @@ func New(cfg Config) *Handler {
 					return
 				}
 			}
-			cfg.Log.Warn("upstream unreachable", "service", svc, "err", err)
+			cfg.Log.WarnContext(r.Context(), "upstream unreachable", "service", svc, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "the "+svc+" service is unavailable, try again shortly")
 		},
 	}
@@ -237,6 +238,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rid = web.NewRequestID()
 	}
 	w.Header().Set(web.RequestIDHeader, rid)
+	r = r.WithContext(web.WithRequestID(r.Context(), rid))
+	// Requests are counted by route table entry (metrics.Middleware around
+	// the gateway's mux), never by raw path.
+	if route, ok := match(r.URL.Path); ok {
+		metrics.SetRoute(r.Context(), route.Prefix)
+	} else {
+		metrics.SetRoute(r.Context(), metrics.Unmatched)
+	}
 	sw := &statusWriter{ResponseWriter: w}
 	start := time.Now()
 	svc := h.serve(sw, r, rid)
@@ -292,7 +301,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 			writeError(w, http.StatusUnauthorized, "invalid_session", "the session is invalid or has expired")
 			return route.Service
 		case err != nil:
-			h.cfg.Log.Warn("session resolution failed", "rid", rid, "err", err)
+			h.cfg.Log.WarnContext(r.Context(), "session resolution failed", "err", err)
 			writeError(w, http.StatusServiceUnavailable, "auth_unavailable", "sessions cannot be checked right now, try again shortly")
 			return route.Service
 		}

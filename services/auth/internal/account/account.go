@@ -101,6 +101,9 @@ type SessionStore interface {
 	// DeleteExpired removes sessions past their absolute expiry or idle
 	// since before idleBefore.
 	DeleteExpired(ctx context.Context, now, idleBefore time.Time) (int64, error)
+	// CountLive counts sessions neither past their absolute expiry nor idle
+	// since before idleBefore (for the sessions-active metric).
+	CountLive(ctx context.Context, now, idleBefore time.Time) (int64, error)
 }
 
 // ThrottleRule limits failures of one key: Max failures within Window lock

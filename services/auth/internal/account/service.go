@@ -168,7 +168,7 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 	case err == nil:
 		ok, rehash, err = s.hasher.Verify(ctx, in.Password, u.PasswordHash)
 		if errors.Is(err, password.ErrMalformedHash) {
-			s.log.Error("stored password hash is malformed", "user", u.ID)
+			s.log.ErrorContext(ctx, "stored password hash is malformed", "user", u.ID)
 			ok, err = false, nil
 		}
 	}
@@ -193,14 +193,14 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 
 	if _, seen := locks[acct]; seen {
 		if err := s.throttle.Reset(ctx, acct); err != nil {
-			s.log.Warn("reset sign-in throttle", "err", err)
+			s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
 		}
 	}
 	if rehash {
 		if h, err := s.hasher.Hash(ctx, in.Password); err != nil {
-			s.log.Warn("re-hash password", "user", u.ID, "err", err)
+			s.log.WarnContext(ctx, "re-hash password", "user", u.ID, "err", err)
 		} else if err := s.users.ReplaceHash(ctx, u.ID, u.PasswordHash, h); err != nil {
-			s.log.Warn("store re-hashed password", "user", u.ID, "err", err)
+			s.log.WarnContext(ctx, "store re-hashed password", "user", u.ID, "err", err)
 		}
 	}
 	secret, sess, err := s.newSession(ctx, u.ID, in.Client)
@@ -243,7 +243,7 @@ func (s *Service) Resolve(ctx context.Context, secret string) (User, Session, er
 	t := s.now()
 	if s.expired(sess, t) {
 		if err := s.sessions.Delete(ctx, sess.ID); err != nil && !errors.Is(err, ErrSessionNotFound) {
-			s.log.Warn("delete expired session", "err", err)
+			s.log.WarnContext(ctx, "delete expired session", "err", err)
 		}
 		return User{}, Session{}, ErrInvalidSession
 	}
@@ -467,6 +467,13 @@ func (s *Service) EndOtherSessions(ctx context.Context, c Caller) (int, error) {
 		s.pub.Revoked(ctx, Revocation{Sessions: ended})
 	}
 	return len(ended), nil
+}
+
+// LiveSessions counts the sessions that are still usable, of every user and
+// every replica (the store is shared).
+func (s *Service) LiveSessions(ctx context.Context) (int64, error) {
+	t := s.now()
+	return s.sessions.CountLive(ctx, t, t.Add(-s.cfg.SessionIdle))
 }
 
 // Sweep deletes expired sessions and forgotten throttle state. Every replica

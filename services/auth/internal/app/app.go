@@ -13,11 +13,13 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/mongox"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/auth/internal/account"
@@ -51,6 +53,7 @@ type Config struct {
 	SweepInterval   time.Duration
 	RequestTimeout  time.Duration
 	ShutdownTimeout time.Duration
+	MetricsInterval time.Duration
 }
 
 // LoadConfig reads the configuration; see README.md for the table.
@@ -100,6 +103,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	c.SweepInterval = r.Duration("SESSION_SWEEP_INTERVAL", 10*time.Minute)
 	c.RequestTimeout = r.Duration("REQUEST_TIMEOUT", 30*time.Second)
 	c.ShutdownTimeout = r.Duration("SHUTDOWN_TIMEOUT", 10*time.Second)
+	c.MetricsInterval = r.Duration("METRICS_INTERVAL", 30*time.Second)
 	if err := r.Err(); err != nil {
 		return c, r, err
 	}
@@ -131,8 +135,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	if c.Account.Account.Window <= 0 || c.Account.Address.Window <= 0 {
 		problems = append(problems, "throttle windows must be positive")
 	}
-	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 || c.MongoTimeout <= 0 {
-		problems = append(problems, "AUTH_REQUEST_TIMEOUT, AUTH_SHUTDOWN_TIMEOUT and AUTH_MONGO_SELECT_TIMEOUT must be positive")
+	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 || c.MongoTimeout <= 0 || c.MetricsInterval <= 0 {
+		problems = append(problems, "AUTH_REQUEST_TIMEOUT, AUTH_SHUTDOWN_TIMEOUT, AUTH_MONGO_SELECT_TIMEOUT and AUTH_METRICS_INTERVAL must be positive")
 	}
 	if len(problems) > 0 {
 		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
@@ -199,7 +203,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	if err != nil {
 		return err
 	}
-	defer closeSelfLog()
+	defer closeSelfLog() // idempotent; called in order below on a normal stop
+	// Lines logged with a request's context carry its id.
+	log = web.WithRequestIDs(log)
 
 	hasher, err := password.NewHasher(cfg.Argon2, cfg.HashConcurrency)
 	if err != nil {
@@ -221,7 +227,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		}
 	}
 
-	app := web.NewApp(web.Options{Name: "auth", Log: log, BodyLimit: BodyLimit})
+	reg := metrics.NewRegistry()
+	meter := newAuthMetrics(reg)
+	app := web.NewApp(web.Options{Name: "auth", Log: log, BodyLimit: BodyLimit, Metrics: reg})
 	web.Health(app, map[string]func(context.Context) error{
 		"mongo": func(ctx context.Context) error { return mc.Ping(ctx, nil) },
 		"nats": func(context.Context) error {
@@ -235,25 +243,28 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		CookieSecure:       cfg.CookieSecure,
 		ServiceCredentials: cfg.Credentials,
 		RequestTimeout:     cfg.RequestTimeout,
+		Meter:              meter,
 	}); err != nil {
 		return err
 	}
 
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		sweep(sweepCtx, svc, cfg.SweepInterval, log)
-	}()
+	bgCtx, stopBG := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Go(func() { sweep(bgCtx, svc, cfg.SweepInterval, log) })
+	bg.Go(func() { countSessions(bgCtx, svc, meter.sessions, cfg.MetricsInterval, log) })
 
+	// Shutdown: in-flight requests finish (within AUTH_SHUTDOWN_TIMEOUT),
+	// background work stops, our buffered error logs are published, NATS
+	// drains, and MongoDB disconnects last (deferred above).
 	log.Info("listening", "addr", cfg.Addr)
 	err = web.Serve(ctx, app, cfg.Addr, cfg.ShutdownTimeout, ready)
-	stopSweep()
-	<-sweepDone
+	stopBG()
+	bg.Wait()
+	closeSelfLog()
 	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
 		log.Warn("nats drain", "err", derr)
 	}
-	log.Info("stopped")
+	log.Info("stopped", "err", err)
 	return err
 }
 

@@ -30,6 +30,15 @@ func (a *API) signIn(c *fiber.Ctx) error {
 	secret, sess, _, err := a.svc.SignIn(c.UserContext(), account.SignInInput{
 		Email: *body.Email, Password: *body.Password, Client: client(c),
 	})
+	var te *account.ThrottledError
+	switch {
+	case err == nil:
+		a.opts.Meter.SignIn(SignInOK)
+	case errors.Is(err, account.ErrInvalidCredentials):
+		a.opts.Meter.SignIn(SignInFailed)
+	case errors.As(err, &te):
+		a.opts.Meter.SignIn(SignInThrottled)
+	}
 	if err != nil {
 		return apiError(c, err)
 	}

@@ -32,7 +32,27 @@ type Options struct {
 	CookieSecure       bool
 	ServiceCredentials []string      // accepted values of ServiceCredentialHeader
 	RequestTimeout     time.Duration // bounds each request, including waiting for a hash slot
+	Meter              Meter         // may be nil
 }
+
+// Meter is told what operators count (metrics).
+type Meter interface {
+	// SignIn reports a sign-in attempt that was decided: SignInOK,
+	// SignInFailed or SignInThrottled. Malformed requests and outages are
+	// not attempts (the request metrics show them by status).
+	SignIn(result string)
+}
+
+// Sign-in results.
+const (
+	SignInOK        = "ok"
+	SignInFailed    = "failed"
+	SignInThrottled = "throttled"
+)
+
+type noMeter struct{}
+
+func (noMeter) SignIn(string) {}
 
 // API holds the handlers.
 type API struct {
@@ -50,6 +70,9 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 30 * time.Second
+	}
+	if o.Meter == nil {
+		o.Meter = noMeter{}
 	}
 	a := &API{svc: svc, opts: o}
 	for _, c := range o.ServiceCredentials {

@@ -182,6 +182,9 @@ func TestSessionsDeleteExpired(t *testing.T) {
 	mk("live", now, now.Add(time.Hour))
 	mk("abs", now, now.Add(-time.Second))
 	mk("idle", now.Add(-2*time.Hour), now.Add(time.Hour))
+	if live, err := s.CountLive(ctx, now, now.Add(-time.Hour)); err != nil || live != 1 {
+		t.Fatalf("CountLive = %d, %v; want 1", live, err)
+	}
 	n, err := s.DeleteExpired(ctx, now, now.Add(-time.Hour))
 	if err != nil || n != 2 {
 		t.Fatalf("DeleteExpired = %d, %v; want 2", n, err)

@@ -145,3 +145,13 @@ func (s *Sessions) DeleteExpired(ctx context.Context, now, idleBefore time.Time)
 	}
 	return res.DeletedCount, nil
 }
+
+// CountLive implements account.SessionStore. On MongoDB the expiresAt index
+// serves it; FerretDB scans the collection, so callers run it now and then,
+// not per request.
+func (s *Sessions) CountLive(ctx context.Context, now, idleBefore time.Time) (int64, error) {
+	return s.c.CountDocuments(ctx, bson.D{
+		{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now}}},
+		{Key: "lastSeenAt", Value: bson.D{{Key: "$gt", Value: idleBefore}}},
+	})
+}

@@ -31,7 +31,7 @@ func NewPublisher(nc *nats.Conn, prefix string, log *slog.Logger) *Publisher {
 }
 
 // Revoked implements account.Publisher. Failures are logged, never returned.
-func (p *Publisher) Revoked(_ context.Context, r account.Revocation) {
+func (p *Publisher) Revoked(ctx context.Context, r account.Revocation) {
 	if len(r.Sessions) == 0 && len(r.Users) == 0 {
 		return
 	}
@@ -43,11 +43,11 @@ func (p *Publisher) Revoked(_ context.Context, r account.Revocation) {
 	}
 	body, err := json.Marshal(r)
 	if err != nil {
-		p.log.Error("encode revocation", "err", err)
+		p.log.ErrorContext(ctx, "encode revocation", "err", err)
 		return
 	}
 	if err := p.nc.Publish(p.subject, body); err != nil {
-		p.log.Warn("publish revocation failed; gateways will expire their caches", "err", err,
+		p.log.WarnContext(ctx, "publish revocation failed; gateways will expire their caches", "err", err,
 			"sessions", len(r.Sessions), "users", len(r.Users))
 	}
 }

@@ -6,9 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/acme/platform/pkg/logclient"
-	"github.com/acme/platform/pkg/mongox"
-	"github.com/nats-io/nats.go"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -17,12 +14,16 @@ import (
 
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/metrics"
+	"github.com/acme/platform/pkg/mongox"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/acme/platform/services/files/internal/httpapi"
 	"github.com/acme/platform/services/files/internal/imaging"
 	"github.com/acme/platform/services/files/internal/mongostore"
 	"github.com/acme/platform/services/files/internal/s3store"
+	"github.com/nats-io/nats.go"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -138,7 +139,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	if err != nil {
 		return err
 	}
-	defer closeSelfLog()
+	defer closeSelfLog() // idempotent; called in order below on a normal stop
+	// Lines logged with a request's context carry its id.
+	log = web.WithRequestIDs(log)
 
 	pub, err := identity.ParsePublicKey(cfg.IdentityKey)
 	if err != nil {
@@ -191,7 +194,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		},
 	})
 
+	reg := metrics.NewRegistry()
 	app := httpapi.New(httpapi.Options{
+		Metrics:       reg,
+		Meter:         newFilesMetrics(reg),
 		Log:           log,
 		Service:       svc,
 		Verifier:      verifier,
@@ -207,18 +213,24 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	})
 
 	var wg sync.WaitGroup
+	// No new sweep once shutdown begins; the defer covers early returns.
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer func() { stopSweep(); wg.Wait() }()
 	if cfg.SweepInterval > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sweep(sweepCtx, log, svc, cfg.SweepInterval, cfg.SweepAge)
-		}()
+		wg.Go(func() { sweep(sweepCtx, log, svc, cfg.SweepInterval, cfg.SweepAge) })
 	}
 
+	// Shutdown: in-flight requests finish (within FILES_SHUTDOWN_GRACE), the
+	// sweeper stops, our buffered error logs are published, NATS drains,
+	// and MongoDB disconnects last (deferred above).
 	log.Info("listening", "addr", cfg.Addr)
 	err = web.Serve(ctx, app, cfg.Addr, cfg.ShutdownGrace, ready)
+	stopSweep()
+	wg.Wait()
+	closeSelfLog()
+	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
+		log.Warn("nats drain", "err", derr)
+	}
 	log.Info("stopped", "err", err)
 	return err
 }

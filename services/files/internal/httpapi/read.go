@@ -175,7 +175,7 @@ func (h *handler) serve(c *fiber.Ctx, f *files.File, id string) error {
 	obj, err := h.svc.Open(c.UserContext(), f, start, end)
 	if err != nil {
 		if errors.Is(err, files.ErrNotFound) {
-			h.o.Log.Error("record without object", "id", f.ID, "key", f.Key)
+			h.o.Log.ErrorContext(c.UserContext(), "record without object", "id", f.ID, "key", f.Key)
 			return notFound(id)
 		}
 		return unavailable(err)
@@ -192,7 +192,8 @@ func (h *handler) serve(c *fiber.Ctx, f *files.File, id string) error {
 		obj.Body.Close()
 		return fmt.Errorf("object %s: size %d, record says %d", f.Key, obj.Size, n)
 	}
-	c.Context().SetBodyStream(body, int(n)) // fasthttp closes body when done
+	// fasthttp reads (and meters) body as it sends it, and closes it.
+	c.Context().SetBodyStream(&meteredBody{meteredReader{body, h.o.Meter.Downloaded}, body}, int(n))
 	return nil
 }
 

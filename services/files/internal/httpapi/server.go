@@ -16,6 +16,7 @@ import (
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configure the HTTP layer.
@@ -31,7 +32,60 @@ type Options struct {
 	ReadIdle time.Duration
 	// Checks are run by /readyz.
 	Checks map[string]func(context.Context) error
+	// Metrics, when set, gets the request instruments and is served at
+	// GET /metrics; Meter is told about transfers (both may be nil).
+	Metrics *prometheus.Registry
+	Meter   Meter
 }
+
+// Meter is told what operators count (metrics).
+type Meter interface {
+	// Uploaded adds bytes of upload request bodies as the handlers read them.
+	Uploaded(n int)
+	// Downloaded adds bytes of file and image bodies as they are sent.
+	Downloaded(n int)
+	// Upload reports a finished upload: kind KindFile or KindImage, result
+	// UploadOK, UploadRejected (the client's fault, 4xx) or UploadFailed
+	// (ours or storage's, 5xx).
+	Upload(kind, result string)
+}
+
+// Upload kinds and results.
+const (
+	KindFile       = "file"
+	KindImage      = "image"
+	UploadOK       = "ok"
+	UploadRejected = "rejected"
+	UploadFailed   = "failed"
+)
+
+type noMeter struct{}
+
+func (noMeter) Uploaded(int)          {}
+func (noMeter) Downloaded(int)        {}
+func (noMeter) Upload(string, string) {}
+
+// meteredReader reports every byte read through it.
+type meteredReader struct {
+	r   io.Reader
+	add func(int)
+}
+
+func (m *meteredReader) Read(p []byte) (int, error) {
+	n, err := m.r.Read(p)
+	if n > 0 {
+		m.add(n)
+	}
+	return n, err
+}
+
+// meteredBody is a response body stream that reports what is sent.
+type meteredBody struct {
+	meteredReader
+	c io.Closer
+}
+
+func (m *meteredBody) Close() error { return m.c.Close() }
 
 // multipartOverhead is what a form may add around the file and meta
 // contents: boundaries and part headers (a long file name included).
@@ -46,6 +100,9 @@ const multipartOverhead = 64 << 10
 func New(o Options) *fiber.App {
 	if o.ReadIdle <= 0 {
 		o.ReadIdle = 60 * time.Second
+	}
+	if o.Meter == nil {
+		o.Meter = noMeter{}
 	}
 	limit := o.MaxUpload
 	if o.ImageMaxBytes > limit {
@@ -68,6 +125,9 @@ func New(o Options) *fiber.App {
 		ErrorHandler:                 web.ErrorHandler(o.Log),
 	})
 	app.Use(web.RequestIDs, web.AccessLog(o.Log), drainBody)
+	if o.Metrics != nil {
+		web.Instrument(app, o.Metrics)
+	}
 
 	h := &handler{o: o, svc: o.Service, base: strings.TrimRight(o.PublicBaseURL, "/")}
 	web.Health(app, o.Checks)

@@ -20,6 +20,7 @@ const maxParts = 8
 
 func (h *handler) uploadFile(c *fiber.Ctx) error {
 	f, err := h.upload(c, h.o.MaxUpload, h.svc.StoreFile)
+	h.o.Meter.Upload(KindFile, uploadResult(err))
 	if err != nil {
 		return err
 	}
@@ -28,6 +29,7 @@ func (h *handler) uploadFile(c *fiber.Ctx) error {
 
 func (h *handler) uploadImage(c *fiber.Ctx) error {
 	f, err := h.upload(c, h.o.ImageMaxBytes, h.svc.StoreImage)
+	h.o.Meter.Upload(KindImage, uploadResult(err))
 	if err != nil {
 		return err
 	}
@@ -39,6 +41,19 @@ func (h *handler) uploadImage(c *fiber.Ctx) error {
 		"height": f.Height,
 		"size":   f.Size,
 	}})
+}
+
+// uploadResult classifies an upload's outcome for the metrics: errors that
+// are not a *web.Error below 500 are the service's (error handler: 500/503).
+func uploadResult(err error) string {
+	var we *web.Error
+	switch {
+	case err == nil:
+		return UploadOK
+	case errors.As(err, &we) && we.Status < 500:
+		return UploadRejected
+	}
+	return UploadFailed
 }
 
 type storeFunc func(ctx context.Context, src io.Reader) (*files.Pending, error)
@@ -67,7 +82,10 @@ func (h *handler) upload(c *fiber.Ctx, maxFile int64, store storeFunc) (*files.F
 	if stream == nil {
 		return nil, apiErr(http.StatusBadRequest, "missing_file", "the form has no file field", "field", "file")
 	}
-	body := &countingLimit{r: &progressReader{r: stream, conn: c.Context().Conn(), idle: h.o.ReadIdle}, n: maxBody}
+	body := &countingLimit{r: &meteredReader{
+		r:   &progressReader{r: stream, conn: c.Context().Conn(), idle: h.o.ReadIdle},
+		add: h.o.Meter.Uploaded,
+	}, n: maxBody}
 	mr := multipart.NewReader(body, params["boundary"])
 	ctx := c.UserContext()
 

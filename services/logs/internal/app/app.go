@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/acme/platform/pkg/mongox"
 	"io"
 	"log/slog"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/metrics"
+	"github.com/acme/platform/pkg/mongox"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/logs/internal/httpapi"
 	"github.com/acme/platform/services/logs/internal/logs"
@@ -36,6 +37,7 @@ type Settings struct {
 	IngestEnabled                                       bool
 	Retention, RetentionInterval, ShutdownGrace         time.Duration
 	SelfLog                                             bool
+	MetricsInterval                                     time.Duration // consumer lag refresh
 }
 
 // Load reads the settings.
@@ -76,12 +78,16 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	s.RetentionInterval = r.Duration("RETENTION_INTERVAL", time.Hour)
 	s.ShutdownGrace = r.Duration("SHUTDOWN_GRACE", 10*time.Second)
 	s.SelfLog = r.Bool("SELF_LOG", true)
+	s.MetricsInterval = r.Duration("METRICS_INTERVAL", 15*time.Second)
 	if err := r.Err(); err != nil {
 		return s, r, err
 	}
 	var problems []string
 	if s.PublicKey == "" {
 		problems = append(problems, "IDENTITY_PUBLIC_KEY is required")
+	}
+	if s.MetricsInterval <= 0 {
+		problems = append(problems, "LOGS_METRICS_INTERVAL must be positive")
 	}
 	if s.MaxBody < 1 {
 		problems = append(problems, "LOGS_MAX_BODY must be positive")
@@ -157,6 +163,8 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		}
 		log = slog.New(logclient.SlogHandler(base, self, "LOGGING")).With("svc", "logs")
 	}
+	// Lines logged with a request's context carry its id.
+	log = web.WithRequestIDs(log)
 
 	// POST /log writes through a group-commit writer that outlives the
 	// HTTP server's shutdown, so in-flight requests complete.
@@ -178,13 +186,15 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 			},
 		},
 	}
-	app := web.NewApp(web.Options{Name: "logs", Log: log, BodyLimit: s.MaxBody*6 + 64<<10})
+	reg := metrics.NewRegistry()
+	meter := newLogsMetrics(reg)
+	app := web.NewApp(web.Options{Name: "logs", Log: log, BodyLimit: s.MaxBody*6 + 64<<10, Metrics: reg})
 	api.Register(app)
 
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if s.IngestEnabled {
-		in := &natsingest.Ingestor{Consumer: cons, Store: store, Validator: validator, Config: s.Ingest, Log: log}
+		in := &natsingest.Ingestor{Consumer: cons, Store: store, Validator: validator, Config: s.Ingest, Log: log, Meter: meter}
 		wg.Go(func() {
 			if err := in.Run(bg); err != nil {
 				log.Error("ingest stopped", "err", err)
@@ -192,6 +202,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		})
 	}
 	wg.Go(func() { logs.RunRetention(bg, store, s.Retention, s.RetentionInterval, log) })
+	wg.Go(func() { pollConsumer(bg, cons, meter, s.MetricsInterval, log) })
 
 	log.Info("listening", "addr", s.Addr)
 	serveErr := web.Serve(ctx, app, s.Addr, s.ShutdownGrace, ready)

@@ -243,3 +243,18 @@ func logsOf(t *testing.T, body map[string]any) []map[string]any {
 }
 
 func jwtSubject(s string) jwt.RegisteredClaims { return jwt.RegisteredClaims{Subject: s} }
+
+// storeDirect stores a record of type log as a delivery would, without NATS.
+func (v *svc) storeDirect(msgID, app, body string) {
+	v.t.Helper()
+	ctx := context.Background()
+	st := v.store()
+	apps, err := st.EnsureApps(ctx, []string{app})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if per, err := st.InsertBatch(ctx, []logs.Record{{MsgID: msgID, Type: "log", App: app, AppID: apps[0].ID,
+		LogBody: body, CreatedAt: time.Now()}}); err != nil || per[0] != nil {
+		v.t.Fatal(err, per)
+	}
+}

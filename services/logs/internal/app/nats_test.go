@@ -171,16 +171,7 @@ func TestNATSDuplicateMsgID(t *testing.T) {
 		t.Fatal("publish after the window called a duplicate")
 	}
 	// An id already stored by an earlier delivery (written directly here).
-	ctx := context.Background()
-	st := v.store()
-	apps, err := st.EnsureApps(ctx, []string{"ACME-S3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if per, err := st.InsertBatch(ctx, []logs.Record{{MsgID: "dup-2", Type: "log", App: "ACME-S3", AppID: apps[0].ID,
-		LogBody: "stored before", CreatedAt: time.Now()}}); err != nil || per[0] != nil {
-		t.Fatal(err, per)
-	}
+	v.storeDirect("dup-2", "ACME-S3", "stored before")
 	v.publish(subj, "dup-2", payload("ACME-S3", "log", "redelivered"))
 	v.publish(subj, "marker", payload("ACME-S3", "log", "marker"))
 	waitFor(t, 20*time.Second, "marker", func() bool { return v.count(byMsgID("marker")) == 1 })

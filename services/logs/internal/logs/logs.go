@@ -82,10 +82,11 @@ type Store interface {
 	EnsureApps(ctx context.Context, names []string) ([]App, error)
 	// InsertBatch stores records, each once per MsgID: a record whose
 	// MsgID was stored before is not stored again. The returned slice has
-	// one entry per record: nil when stored or already present, the error
-	// otherwise. err is set when nothing can be said about individual
-	// records (the write failed or ctx ended part way; a retry with the same
-	// records completes it without duplicates).
+	// one entry per record: nil when stored, ErrDuplicate when it was
+	// stored by an earlier delivery, the error otherwise. err is set when
+	// nothing can be said about individual records (the write failed or ctx
+	// ended part way; a retry with the same records completes it without
+	// duplicates).
 	InsertBatch(ctx context.Context, rs []Record) (perRecord []error, err error)
 	// List returns the records of q, newest first (ErrNotFound for an
 	// unknown cursor, ErrCursorMismatch for a cursor of another type or app).
@@ -100,6 +101,7 @@ type Store interface {
 // Errors.
 var (
 	ErrNotFound       = errors.New("not found")
+	ErrDuplicate      = errors.New("stored by an earlier delivery")
 	ErrCursorMismatch = errors.New("the cursor record has another type or app")
 )
 

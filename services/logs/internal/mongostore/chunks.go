@@ -578,6 +578,11 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 			return nil, err
 		}
 	}
+	for i := range per {
+		if dup[i] && per[i] == nil {
+			per[i] = logs.ErrDuplicate
+		}
+	}
 	return per, nil
 }
 

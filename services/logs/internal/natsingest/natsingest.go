@@ -88,6 +88,7 @@ type Ingestor struct {
 	Validator logs.Validator
 	Config    Config
 	Log       *slog.Logger
+	Meter     Meter // may be nil
 
 	// afterWrite, when set (tests), runs after a batch is written and before
 	// it is acked; returning true abandons the batch unacked, as a crash
@@ -211,6 +212,7 @@ func (in *Ingestor) process(ctx context.Context, b fetched) error {
 			in.Log.Warn("ingest: poison message terminated", "subject", p.dead.Subject, "seq", p.dead.Sequence, "reason", p.dead.Reason)
 			_ = p.msg.TermWithReason(p.dead.Reason)
 		}
+		in.meter().DeadLettered(len(dead))
 	}
 	if len(good) == 0 {
 		return nil
@@ -231,8 +233,16 @@ func (in *Ingestor) process(ctx context.Context, b fetched) error {
 		return nil
 	}
 	var last []logs.DeadLetter
+	var lastMsgs []jetstream.Msg
+	stored, dups := 0, 0
 	for i, p := range good {
-		if per[i] == nil {
+		switch {
+		case per[i] == nil:
+			stored++
+			_ = p.msg.Ack()
+			continue
+		case errors.Is(per[i], logs.ErrDuplicate): // stored by an earlier delivery
+			dups++
 			_ = p.msg.Ack()
 			continue
 		}
@@ -246,14 +256,16 @@ func (in *Ingestor) process(ctx context.Context, b fetched) error {
 		}
 		last = append(last, in.deadLetter(p.msg, p.stream, p.seq, p.deliveries,
 			fmt.Sprintf("refused by the store on all %d deliveries: %v", p.deliveries, per[i])))
+		lastMsgs = append(lastMsgs, p.msg)
 	}
 	if len(last) > 0 && in.retry(ctx, b, "dead letters", func(wctx context.Context) error { return in.Store.AddDeadLetters(wctx, last) }) {
-		for _, p := range good {
-			if int(p.deliveries) >= in.Config.MaxDeliver {
-				_ = p.msg.Term()
-			}
+		for _, m := range lastMsgs {
+			_ = m.Term()
 		}
+		in.meter().DeadLettered(len(last))
 	}
+	in.meter().Stored(stored)
+	in.meter().Duplicates(dups)
 	return nil
 }
 
