@@ -153,7 +153,7 @@ func (v *svc) store() *mongostore.Store {
 // match accepts (all with nil), failing the test when one is listed twice.
 func (v *svc) count(match func(logs.Record) bool) int64 {
 	v.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	all, err := v.store().Listed(ctx, "")
 	if err != nil {

@@ -195,8 +195,8 @@ func TestNATSDuplicateMsgID(t *testing.T) {
 // The consumer stopped mid-stream and started again stores every record
 // exactly once.
 func TestNATSStopMidStreamAndRestart(t *testing.T) {
-	const n = 2000
-	s, env, id := newEnv(t, map[string]string{"LOGS_BATCH": "25"})
+	const n = 600
+	s, env, id := newEnv(t, map[string]string{"LOGS_BATCH": "20"})
 	v := start(t, s, env, id)
 	v.stop()
 	// Publish while no consumer runs, then start it, stop it mid-stream and

@@ -188,17 +188,21 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 				t.Fatal("the crash hook did not stop the write")
 			}
 			mongostore.FailBeforeAppend(st, nil)
+			// Other writes (another process) move the chains on meanwhile.
+			other := mongostore.New(st.Database())
+			insert(t, other, recs(400, 30, "log"))
+			insert(t, other, recs(430, 30, "log"))
 			// The redelivery comes with other records, new and old.
 			again := append(slices.Clone(batch), recs(300, 50, "log")...)
 			again = append(again, recs(0, 10, "log")...)
 			insert(t, st, again)
 			insert(t, st, batch) // a second redelivery changes nothing
-			checkOnce(t, st, "", 350)
-			checkOnce(t, st, "appA", 175)
-			checkOnce(t, st, "appB", 175)
+			checkOnce(t, st, "", 410)
+			checkOnce(t, st, "appA", 205)
+			checkOnce(t, st, "appB", 205)
 			got := list(t, st, logs.Query{Type: "log", Limit: 500})
-			if len(got) != 350 {
-				t.Fatalf("%d records listed, want 350", len(got))
+			if len(got) != 410 {
+				t.Fatalf("%d records listed, want 410", len(got))
 			}
 			// A relisted record works as a cursor in both chains: the page
 			// after it is what follows it in the full listing.

@@ -176,6 +176,9 @@ func (s *Store) ListDeadLetters(ctx context.Context, skip, limit int) ([]logs.De
 	return out, nil
 }
 
+// Database is the database the store keeps its collections in.
+func (s *Store) Database() *mongo.Database { return s.db }
+
 // Ping implements logs.Store.
 func (s *Store) Ping(ctx context.Context) error {
 	return s.db.Client().Ping(ctx, nil)
