@@ -278,10 +278,10 @@ func TestLogsThroughGateway(t *testing.T) {
 	// Generous: under the race detector and a parallel test run the
 	// redelivered batch (JetStream back-off, then its id documents read back
 	// one by one) takes far longer than it does alone (about 5 s).
-	deadline = time.Now().Add(3 * time.Minute)
+	deadline = time.Now().Add(6 * time.Minute)
 	for listAll(t, admin, byApp) < n || listAll(t, admin, byType) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d records stored 3 min after the restart (type listing %d)", listAll(t, admin, byApp), n, listAll(t, admin, byType))
+			t.Fatalf("%d of %d records stored 6 min after the restart (type listing %d)", listAll(t, admin, byApp), n, listAll(t, admin, byType))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -226,7 +226,7 @@ func TestNATSStopMidStreamAndRestart(t *testing.T) {
 		t.Fatalf("all %d records were stored before the stop; the test did not stop mid-stream", n)
 	}
 	v = start(t, s, env, id)
-	waitFor(t, 120*time.Second, "consumer settled", v.settled)
+	waitFor(t, 6*time.Minute, "consumer settled", v.settled)
 	if got := v.count(filter); got != n {
 		t.Fatalf("%d records stored, want exactly %d", got, n)
 	}
