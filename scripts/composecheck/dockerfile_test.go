@@ -148,7 +148,9 @@ func checkServiceBinary(t *testing.T, root, name string, s types.ServiceConfig) 
 		t.Fatal(err)
 	}
 	addrVar := strings.ToUpper(name) + "_ADDR"
-	for _, want := range []string{"healthcheck.Requested(os.Args[1:])", `healthcheck.Probe(os.Getenv("` + addrVar + `")`} {
+	// service.Main (pkg/service) gives every binary the healthcheck mode,
+	// probing the address in the variable named here.
+	for _, want := range []string{`service.Main("` + name + `", "` + addrVar + `"`} {
 		if !strings.Contains(string(main), want) {
 			t.Errorf("%s/main.go lacks %s", *dir, want)
 		}
