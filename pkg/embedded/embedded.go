@@ -72,7 +72,7 @@ func FerretDB(dir, addr string, logw io.Writer) (*Mongo, error) {
 		Listener:  ferretdb.ListenerConfig{TCP: addr},
 		Handler:   "sqlite",
 		SQLiteURL: "file:" + abs + "/",
-		Logger:    slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelError})),
+		Logger:    slog.New(newLazyHandler(slog.NewTextHandler(logw, nil), slog.LevelError)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ferretdb: %w", err)

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,46 +64,135 @@ func typeKey(typ string) string          { return "t." + typ }
 func appKey(appID, typ string) string    { return "a." + appID + "." + typ }
 func chunkID(key string, n int64) string { return key + "#" + strconv.FormatInt(n, 10) }
 
+// chunkRec is one record in a chunk, with no field its chain already says:
+// the type is in every chain's key and the app in an app chain's key (a is
+// empty there); the app's name is resolved from its id when read. FerretDB
+// stores a type schema beside every field, so each field costs twice.
 type chunkRec struct {
 	ID        bson.ObjectID `bson:"i"`
-	AppID     string        `bson:"a"`
-	App       string        `bson:"p"`
-	Type      string        `bson:"t"`
+	AppID     string        `bson:"a,omitempty"`
 	LogBody   string        `bson:"b"`
 	MetricsID *string       `bson:"m,omitempty"`
 	CreatedAt time.Time     `bson:"c"`
 }
 
+// chunkDoc is a chunk; as stored (chunkWire) its records are one BSON
+// binary value. The server never looks inside a chunk (every read is by
+// _id and filters run here), and FerretDB's cost per document grows with
+// its fields and array items (it stores a type schema beside each and
+// parses the JSON form for its indexes), so packing the records keeps a
+// chunk's insert close to the cost of its bytes.
 type chunkDoc struct {
-	ID      string     `bson:"_id"`
-	Key     string     `bson:"key"`
-	N       int64      `bson:"n"`
-	Pos     int64      `bson:"pos"`
-	Count   int64      `bson:"count"`
-	Batch   string     `bson:"batch"`
-	MinAt   time.Time  `bson:"minAt"`
-	MaxAt   time.Time  `bson:"maxAt"`
-	At      time.Time  `bson:"at"`
-	Records []chunkRec `bson:"r"`
+	ID      string
+	Key     string
+	N       int64
+	Pos     int64
+	Count   int64
+	Batch   string
+	MinAt   time.Time
+	MaxAt   time.Time
+	At      time.Time
+	Records []chunkRec
+}
+
+type chunkWire struct {
+	ID    string      `bson:"_id"`
+	Key   string      `bson:"key"`
+	N     int64       `bson:"n"`
+	Pos   int64       `bson:"pos"`
+	Count int64       `bson:"count"`
+	Batch string      `bson:"batch"`
+	MinAt time.Time   `bson:"minAt"`
+	MaxAt time.Time   `bson:"maxAt"`
+	At    time.Time   `bson:"at"`
+	R     bson.Binary `bson:"r"` // a BSON document {r: [records]}
+}
+
+type recordsWire struct {
+	R []chunkRec `bson:"r"`
+}
+
+func (c chunkDoc) MarshalBSON() ([]byte, error) {
+	recs, err := bson.Marshal(recordsWire{c.Records})
+	if err != nil {
+		return nil, err
+	}
+	return bson.Marshal(chunkWire{ID: c.ID, Key: c.Key, N: c.N, Pos: c.Pos, Count: c.Count, Batch: c.Batch,
+		MinAt: c.MinAt, MaxAt: c.MaxAt, At: c.At, R: bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: recs}})
+}
+
+func (c *chunkDoc) UnmarshalBSON(b []byte) error {
+	var w chunkWire
+	if err := bson.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	var recs recordsWire
+	if err := bson.Unmarshal(w.R.Data, &recs); err != nil {
+		return fmt.Errorf("chunk %s: records: %w", w.ID, err)
+	}
+	if int64(len(recs.R)) != w.Count {
+		return fmt.Errorf("chunk %s: %d records, count says %d", w.ID, len(recs.R), w.Count)
+	}
+	*c = chunkDoc{ID: w.ID, Key: w.Key, N: w.N, Pos: w.Pos, Count: w.Count, Batch: w.Batch,
+		MinAt: w.MinAt, MaxAt: w.MaxAt, At: w.At, Records: recs.R}
+	return nil
 }
 
 func (c *chunkDoc) end() int64 { return c.Pos + c.Count }
 
 // ref says where a write meant to list a record in one chain.
 type ref struct {
-	N     int64  `bson:"n"`
-	Batch string `bson:"b"`
+	N     int64
+	Batch string
 }
 
 type idDoc struct {
-	ID        bson.ObjectID `bson:"_id"`
-	MsgID     string        `bson:"msgId"`
-	Type      string        `bson:"type"`
-	AppID     string        `bson:"appId"`
-	T         ref           `bson:"t"`
-	A         ref           `bson:"a"`
-	CreatedAt time.Time     `bson:"createdAt"`
+	ID        bson.ObjectID // logs.RecordID of the message id
+	Type      string
+	AppID     string
+	CreatedAt time.Time
+	// The write (batch) that took the record, and the chunk numbers it
+	// meant to list it at in the type chain (TN) and the app chain (AN).
+	Batch  string
+	TN, AN int64
 }
+
+// idWire is an id document as stored: every field but the time packed in
+// one string, because FerretDB's cost per document grows with its field
+// count (it stores a type schema beside each), and these are written once
+// per record.
+type idWire struct {
+	ID bson.ObjectID `bson:"_id"`
+	K  string        `bson:"k"` // type|appId|batch|tn|an
+	C  time.Time     `bson:"c"` // createdAt: retention
+}
+
+func (d idDoc) MarshalBSON() ([]byte, error) {
+	k := strings.Join([]string{d.Type, d.AppID, d.Batch, strconv.FormatInt(d.TN, 10), strconv.FormatInt(d.AN, 10)}, "|")
+	return bson.Marshal(idWire{ID: d.ID, K: k, C: d.CreatedAt})
+}
+
+func (d *idDoc) UnmarshalBSON(b []byte) error {
+	var w idWire
+	if err := bson.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	f := strings.Split(w.K, "|")
+	if len(f) != 5 {
+		return fmt.Errorf("id document %s: malformed key %q", w.ID.Hex(), w.K)
+	}
+	tn, err1 := strconv.ParseInt(f[3], 10, 64)
+	an, err2 := strconv.ParseInt(f[4], 10, 64)
+	if err := cmp.Or(err1, err2); err != nil {
+		return fmt.Errorf("id document %s: %w", w.ID.Hex(), err)
+	}
+	*d = idDoc{ID: w.ID, Type: f[0], AppID: f[1], Batch: f[2], TN: tn, AN: an, CreatedAt: w.C}
+	return nil
+}
+
+// T and A say where the write meant to list the record in each chain.
+func (d idDoc) T() ref { return ref{N: d.TN, Batch: d.Batch} }
+func (d idDoc) A() ref { return ref{N: d.AN, Batch: d.Batch} }
 
 type hintDoc struct {
 	ID string `bson:"_id"`
@@ -460,22 +550,23 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 	batch := newBatchID()
 	// Warm the head cache of each chain first, so that the intended chunk
 	// numbers in the id documents are close to where the records land.
+	warmed := map[string]bool{}
 	for _, r := range rs {
 		for _, key := range []string{typeKey(r.Type), appKey(r.AppID, r.Type)} {
-			if s.heads.get(key) == 0 {
+			if !warmed[key] && s.heads.get(key) == 0 {
 				if _, err := s.head(ctx, key); err != nil {
 					return nil, err
 				}
 			}
+			warmed[key] = true
 		}
 	}
 	ids := make([]idDoc, len(rs))
 	docs := make([]any, len(rs))
 	for i, r := range rs {
 		id := recordID(r.MsgID)
-		ids[i] = idDoc{ID: id, MsgID: r.MsgID, Type: r.Type, AppID: r.AppID, CreatedAt: r.CreatedAt.UTC(),
-			T: ref{N: s.heads.get(typeKey(r.Type)) + 1, Batch: batch},
-			A: ref{N: s.heads.get(appKey(r.AppID, r.Type)) + 1, Batch: batch}}
+		ids[i] = idDoc{ID: id, Type: r.Type, AppID: r.AppID, CreatedAt: r.CreatedAt.UTC(),
+			Batch: batch, TN: s.heads.get(typeKey(r.Type)) + 1, AN: s.heads.get(appKey(r.AppID, r.Type)) + 1}
 		docs[i] = ids[i]
 	}
 	dup := make([]bool, len(rs))
@@ -517,6 +608,7 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 		if !dup[i] {
 			c := toChunkRec(ids[i].ID, r)
 			add(chainWrite{typeKey(r.Type), batch}, c)
+			c.AppID = ""
 			add(chainWrite{appKey(r.AppID, r.Type), batch}, c)
 			continue
 		}
@@ -524,11 +616,13 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 		// record), and each chain is checked for the first write.
 		old := olds[i]
 		r.Type, r.AppID, r.CreatedAt = old.Type, old.AppID, old.CreatedAt
-		c := toChunkRec(old.ID, r)
+		inApp := toChunkRec(old.ID, r)
+		inApp.AppID = ""
 		for _, x := range []struct {
 			key string
 			ref ref
-		}{{typeKey(old.Type), old.T}, {appKey(old.AppID, old.Type), old.A}} {
+			c   chunkRec
+		}{{typeKey(old.Type), old.T(), toChunkRec(old.ID, r)}, {appKey(old.AppID, old.Type), old.A(), inApp}} {
 			w := chainWrite{x.key, x.ref.Batch}
 			st := states[w]
 			if st == nil {
@@ -538,7 +632,7 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 				states[w] = st
 			}
 			if !st.listed[old.ID] {
-				st.records = append(st.records, c)
+				st.records = append(st.records, x.c)
 			}
 		}
 	}
@@ -587,7 +681,7 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 }
 
 func toChunkRec(id bson.ObjectID, r logs.Record) chunkRec {
-	c := chunkRec{ID: id, AppID: r.AppID, App: r.App, Type: r.Type, LogBody: r.LogBody, CreatedAt: r.CreatedAt.UTC()}
+	c := chunkRec{ID: id, AppID: r.AppID, LogBody: r.LogBody, CreatedAt: r.CreatedAt.UTC()}
 	if r.MetricsID != "" {
 		m := r.MetricsID
 		c.MetricsID = &m

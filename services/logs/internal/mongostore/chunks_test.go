@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -283,4 +284,53 @@ func TestRetention(t *testing.T) {
 	}
 	insert(t, st, recs(300, 10, "log"))
 	checkOnce(t, st, "", 110)
+}
+
+// TestRecordFieldsRoundTrip: chunks keep no field their chain already says
+// (type, app), so every field must come back whole from both listings, on
+// a replica that never saw the apps being created too.
+func TestRecordFieldsRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	apps, err := st.EnsureApps(ctx, []string{"SERVER-APP-X", "SERVER-APP-Y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in []logs.Record
+	for i := range 12 {
+		a := apps[i%2]
+		r := logs.Record{AppID: a.ID, App: a.Name, Type: logs.Types[i%len(logs.Types)], LogBody: fmt.Sprint("round trip ", i),
+			MsgID: fmt.Sprint("rt-", i), CreatedAt: t0.Add(time.Duration(i) * time.Second)}
+		if i%3 == 0 {
+			r.MetricsID = fmt.Sprint("metric-", i)
+		}
+		in = append(in, r)
+	}
+	insert(t, st, in)
+	other := mongostore.New(st.Database())
+	for _, reader := range []*mongostore.Store{st, other} {
+		for _, appID := range []string{"", apps[0].ID, apps[1].ID} {
+			got, err := reader.Listed(ctx, appID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []logs.Record
+			for _, r := range in {
+				if appID == "" || r.AppID == appID {
+					r.ID, r.MsgID = logs.RecordID(r.MsgID), ""
+					want = append(want, r)
+				}
+			}
+			key := func(a, b logs.Record) int { return strings.Compare(a.ID, b.ID) }
+			slices.SortFunc(got, key)
+			slices.SortFunc(want, key)
+			if !slices.EqualFunc(got, want, func(a, b logs.Record) bool {
+				same := a.CreatedAt.Equal(b.CreatedAt)
+				a.CreatedAt, b.CreatedAt = time.Time{}, time.Time{}
+				return same && a == b
+			}) {
+				t.Fatalf("listing %q:\n got %+v\nwant %+v", appID, got, want)
+			}
+		}
+	}
 }

@@ -42,8 +42,9 @@ type Store struct {
 	// beforeAppend, when set (tests), runs before each chain is written.
 	beforeAppend func(ctx context.Context, key string) error
 
-	appsMu sync.Mutex
-	appIDs []string // the apps EnsureApps returned: the chains retention visits
+	appsMu   sync.Mutex
+	appIDs   []string          // the apps EnsureApps returned: the chains retention visits
+	appNames map[string]string // App record id -> name ("" for none), for reads
 }
 
 var _ logs.Store = (*Store)(nil)
@@ -59,6 +60,7 @@ func New(db *mongo.Database) *Store {
 		dead:     db.Collection(DeadLettersCollection),
 		heads:    heads{n: map[string]headHint{}, claim: map[string]*sync.Mutex{}},
 		chunkMax: chunkMaxRecords,
+		appNames: map[string]string{},
 	}
 }
 
@@ -70,7 +72,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		c     *mongo.Collection
 		model mongo.IndexModel
 	}{
-		{s.ids, mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}}, Options: options.Index().SetName("time")}},
+		{s.ids, mongo.IndexModel{Keys: bson.D{{Key: "c", Value: 1}}, Options: options.Index().SetName("c_time")}},
 		{s.apps, mongo.IndexModel{Keys: bson.D{{Key: "name", Value: 1}}, Options: options.Index().SetUnique(true).SetName("name_unique")}},
 		{s.dead, mongo.IndexModel{Keys: bson.D{{Key: "receivedAt", Value: -1}}, Options: options.Index().SetName("received")}},
 	}
@@ -111,6 +113,7 @@ func (s *Store) EnsureApps(ctx context.Context, names []string) ([]logs.App, err
 		if !slices.Contains(s.appIDs, a.ID) {
 			s.appIDs = append(s.appIDs, a.ID)
 		}
+		s.appNames[a.ID] = a.Name
 	}
 	s.appsMu.Unlock()
 	return out, nil

@@ -3,6 +3,7 @@ package mongostore
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/acme/platform/services/logs/internal/logs"
@@ -14,12 +15,56 @@ import (
 // reads for one page; a page cut short by it ends with the records found.
 const maxFilterScan = 20000
 
-func fromChunkRec(c chunkRec) logs.Record {
-	r := logs.Record{ID: c.ID.Hex(), AppID: c.AppID, App: c.App, Type: c.Type, LogBody: c.LogBody, CreatedAt: c.CreatedAt.UTC()}
+// record rebuilds a record listed in key's chain: the type (and in an app
+// chain the app) come from the key, the app's name from its id.
+func (s *Store) record(ctx context.Context, key string, c chunkRec) (logs.Record, error) {
+	typ, appID := splitKey(key)
+	if c.AppID != "" {
+		appID = c.AppID
+	}
+	name, err := s.appName(ctx, appID)
+	if err != nil {
+		return logs.Record{}, err
+	}
+	r := logs.Record{ID: c.ID.Hex(), AppID: appID, App: name, Type: typ, LogBody: c.LogBody, CreatedAt: c.CreatedAt.UTC()}
 	if c.MetricsID != nil {
 		r.MetricsID = *c.MetricsID
 	}
-	return r
+	return r, nil
+}
+
+// splitKey is the inverse of typeKey and appKey.
+func splitKey(key string) (typ, appID string) {
+	if rest, ok := strings.CutPrefix(key, "a."); ok {
+		if i := strings.LastIndexByte(rest, '.'); i >= 0 {
+			return rest[i+1:], rest[:i]
+		}
+	}
+	return strings.TrimPrefix(key, "t."), ""
+}
+
+// appName is the name of the App record id: from the apps EnsureApps saw,
+// else read once (an app another replica added); "" when there is none.
+func (s *Store) appName(ctx context.Context, id string) (string, error) {
+	s.appsMu.Lock()
+	name, ok := s.appNames[id]
+	s.appsMu.Unlock()
+	if ok {
+		return name, nil
+	}
+	oid, err := bson.ObjectIDFromHex(id)
+	if err != nil {
+		return "", nil // not an App record id (tests list made-up ids)
+	}
+	var d appDoc
+	err = s.apps.FindOne(ctx, bson.M{"_id": oid}).Decode(&d)
+	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+		return "", err
+	}
+	s.appsMu.Lock()
+	s.appNames[id] = d.Name
+	s.appsMu.Unlock()
+	return d.Name, nil
 }
 
 func queryKey(q logs.Query) string {
@@ -79,7 +124,11 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 				skip--
 				continue
 			}
-			out = append(out, fromChunkRec(r))
+			rec, err := s.record(ctx, key, r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rec)
 		}
 		if len(out) >= q.Limit {
 			break
@@ -152,9 +201,9 @@ func (s *Store) locate(ctx context.Context, q logs.Query, key string) (*chunkDoc
 	if d.Type != q.Type || (q.AppID != "" && d.AppID != q.AppID) {
 		return nil, 0, logs.ErrCursorMismatch
 	}
-	r := d.T
+	r := d.T()
 	if q.AppID != "" {
-		r = d.A
+		r = d.A()
 	}
 	c, i, err := s.findIn(ctx, key, r.N, r.Batch, oid)
 	if c != nil || err != nil {
@@ -237,7 +286,7 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 			}
 		}
 	}
-	if _, err := s.ids.DeleteMany(ctx, bson.M{"createdAt": bson.M{"$lt": t.UTC()}}); err != nil {
+	if _, err := s.ids.DeleteMany(ctx, bson.M{"c": bson.M{"$lt": t.UTC()}}); err != nil {
 		return deleted, err
 	}
 	if _, err := s.hints.DeleteMany(ctx, bson.M{"at": bson.M{"$lt": t.UTC()}}); err != nil {
@@ -291,7 +340,11 @@ func (s *Store) Listed(ctx context.Context, appID string) ([]logs.Record, error)
 				continue
 			}
 			for _, r := range c.Records {
-				out = append(out, fromChunkRec(r))
+				rec, err := s.record(ctx, key, r)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, rec)
 			}
 		}
 	}

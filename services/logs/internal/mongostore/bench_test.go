@@ -1,0 +1,97 @@
+package mongostore_test
+
+import (
+	"context"
+	"fmt"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/mongostore"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// benchRecs makes n records of the bench's mix (3 apps x 3 types).
+func benchRecs(first, n int) []logs.Record {
+	out := make([]logs.Record, n)
+	for i := range out {
+		k := first + i
+		app := []string{"A", "B", "C"}[k%3]
+		typ := []string{"log", "info", "error"}[(k/3)%3]
+		out[i] = logs.Record{AppID: "app" + app, App: "SERVER-APP-" + app, Type: typ, LogBody: fmt.Sprintf("benchmark record %d with some text", k),
+			MsgID: fmt.Sprint("bench-", k), CreatedAt: t0.Add(time.Duration(k) * time.Millisecond)}
+		if k%5 == 0 {
+			out[i].MetricsID = "m5"
+		}
+	}
+	return out
+}
+
+// BenchmarkStore compares InsertBatch with a raw InsertMany of the same
+// records (as the documents the old design stored), 1000 per op.
+func BenchmarkStore(b *testing.B) {
+	const per = 1000
+	b.Run("InsertBatch", func(b *testing.B) {
+		s := testkit.Get(b)
+		counts := map[string]int{}
+		var mu sync.Mutex
+		mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) { mu.Lock(); counts[e.CommandName]++; mu.Unlock() }}
+		cl, err := mongo.Connect(options.Client().ApplyURI(s.MongoURL).SetMonitor(mon))
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := mongostore.New(cl.Database(s.Database(b)))
+		defer func() { b.Log(counts) }()
+		b.ResetTimer()
+		cpu0 := cpuTime()
+		for i := 0; i < b.N; i++ {
+			if _, err := st.InsertBatch(context.Background(), benchRecs(i*per, per)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
+		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
+	})
+	b.Run("RawInsertMany", func(b *testing.B) {
+		s := testkit.Get(b)
+		coll := s.Mongo.Database(s.Database(b)).Collection("raw")
+		b.ResetTimer()
+		cpu0 := cpuTime()
+		for i := 0; i < b.N; i++ {
+			rs := benchRecs(i*per, per)
+			docs := make([]any, len(rs))
+			for j, r := range rs {
+				docs[j] = bson.M{"_id": bson.NewObjectID(), "msgId": r.MsgID, "appId": r.AppID, "app": r.App, "type": r.Type,
+					"logBody": r.LogBody, "metricsId": r.MetricsID, "createdAt": r.CreatedAt}
+			}
+			if _, err := coll.InsertMany(context.Background(), docs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
+		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
+	})
+}
+
+func newStoreTB(b *testing.B) *mongostore.Store {
+	s := testkit.Get(b)
+	st := mongostore.New(s.Mongo.Database(s.Database(b)))
+	if err := st.EnsureIndexes(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
+// cpuTime is this process's user+system CPU time in ns (FerretDB runs in
+// it): a measure less disturbed by other work on the machine than rates.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
