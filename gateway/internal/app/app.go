@@ -198,7 +198,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		// net/http answers a plain-text 431 past this; guard answers JSON
 		// between GATEWAY_MAX_HEADER_BYTES and twice that.
 		MaxHeaderBytes: 2 * cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	var msrv *http.Server
 	if cfg.MetricsAddr != "" {
