@@ -5,6 +5,8 @@
 # A finding stops nothing: the failing input is kept by go test under the
 # package's testdata/fuzz/<Target>/ (commit it with the fix) and the table
 # marks the target. FUZZ_PKGS limits the packages; FUZZ_MATCH the targets.
+# FUZZ_KEEP=N copies up to N of the inputs the run found interesting into
+# testdata/fuzz/<Target>/, so plain `go test` replays them from then on.
 set -u
 FUZZTIME=${FUZZTIME:-30s}
 GO=${GO:-go}
@@ -25,6 +27,12 @@ for pkg in $($GO list $PKGS); do
 		execs=$(printf '%s\n' "$log" | grep -o 'execs: [0-9]*' | tail -1 | cut -d' ' -f2)
 		corpus=$(printf '%s\n' "$log" | grep -o 'new interesting: [0-9]*' | tail -1 | cut -d' ' -f3)
 		if [ $rc -eq 0 ]; then finding=none; else finding=FAIL; failed=1; printf '%s\n' "$log" | tail -30; fi
+		if [ "${FUZZ_KEEP:-0}" -gt 0 ] && [ -d "$($GO env GOCACHE)/fuzz/$pkg/$target" ]; then
+			mkdir -p "$dir/testdata/fuzz/$target"
+			ls "$($GO env GOCACHE)/fuzz/$pkg/$target" | head -n "$FUZZ_KEEP" | while read -r f; do
+				cp "$($GO env GOCACHE)/fuzz/$pkg/$target/$f" "$dir/testdata/fuzz/$target/$f"
+			done
+		fi
 		printf '%s\t%s\t%s\t%s\t%s\n' "${pkg#github.com/acme/platform/}" "$target" "${execs:-?}" "${corpus:-0}" "$finding" >>"$results"
 	done
 done
