@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run test test-short bench minio vet fmt
+.PHONY: run test test-short bench minio vet fmt fuzz
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
@@ -21,6 +21,10 @@ minio:
 ## bench: benchmarks side by side with the raw limits, printed as ratios
 bench: minio
 	$(GO) run ./scripts/bench
+
+## fuzz: every fuzz target in turn for FUZZTIME (default 30s) each; prints executions and findings
+fuzz:
+	FUZZTIME=$(or $(FUZZTIME),30s) GO=$(GO) sh scripts/fuzz/run.sh
 
 vet:
 	$(GO) vet $(PKGS)

@@ -42,6 +42,9 @@ type Config struct {
 	SubjectPrefix  string
 	ShutdownGrace  time.Duration
 	ReadHeader     time.Duration
+	Read           time.Duration // whole request, body included; 0 = off (uploads may be long)
+	Write          time.Duration // whole response; 0 = off (downloads may be long)
+	BodyIdle       time.Duration // a request body making no progress for this long is cut
 	Idle           time.Duration
 	MaxHeaderBytes int
 	BodyLimits     map[string]int64
@@ -64,6 +67,9 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		SubjectPrefix:  r.String("NATS_SUBJECT_PREFIX", "acme"),
 		ShutdownGrace:  r.Duration("SHUTDOWN_GRACE", 20*time.Second),
 		ReadHeader:     r.Duration("READ_HEADER_TIMEOUT", 10*time.Second),
+		Read:           r.Duration("READ_TIMEOUT", 0),
+		Write:          r.Duration("WRITE_TIMEOUT", 0),
+		BodyIdle:       r.Duration("BODY_IDLE_TIMEOUT", 30*time.Second),
 		Idle:           r.Duration("IDLE_TIMEOUT", 120*time.Second),
 		MaxHeaderBytes: r.Int("MAX_HEADER_BYTES", 32<<10),
 		BodyLimits: map[string]int64{
@@ -82,6 +88,9 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.Credential == "" {
 		return c, r, errors.New("GATEWAY_SERVICE_CREDENTIAL (or SERVICE_CREDENTIAL) is required")
+	}
+	if c.MaxHeaderBytes < 1<<10 {
+		return c, r, errors.New("GATEWAY_MAX_HEADER_BYTES must be at least 1024")
 	}
 	if c.MetricsAddr == "off" {
 		c.MetricsAddr = ""
@@ -181,11 +190,15 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// never on the public port and never proxied (see docs/operations.md).
 	reg := metrics.NewRegistry()
 	srv := &http.Server{
-		Handler:           metrics.NewHTTP(reg).Middleware(mux),
+		Handler:           guard(metrics.NewHTTP(reg).Middleware(mux), cfg.MaxHeaderBytes, cfg.BodyIdle),
 		ReadHeaderTimeout: cfg.ReadHeader,
+		ReadTimeout:       cfg.Read,
+		WriteTimeout:      cfg.Write,
 		IdleTimeout:       cfg.Idle,
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// net/http answers a plain-text 431 past this; guard answers JSON
+		// between GATEWAY_MAX_HEADER_BYTES and twice that.
+		MaxHeaderBytes: 2 * cfg.MaxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	var msrv *http.Server
 	if cfg.MetricsAddr != "" {

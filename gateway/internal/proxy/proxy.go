@@ -404,6 +404,9 @@ func sessionFrom(r *http.Request) (sid string, status int, code, msg string) {
 	if err := dec.Decode(&b); err != nil {
 		return "", http.StatusBadRequest, "invalid_json", "body must be a JSON object {\"sessionId\": string}"
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", http.StatusBadRequest, "invalid_json", "unexpected data after the JSON object"
+	}
 	if b.SessionID == nil {
 		return sid, 0, "", ""
 	}

@@ -285,3 +285,39 @@ func FuzzOrientation(f *testing.F) {
 		}
 	})
 }
+
+// FuzzImageHeader: header checks and re-encoding face arbitrary uploads.
+// Check must never panic and only fail with the package's errors; an input
+// it passes must either re-encode within the size rules or be refused as
+// corrupt, never panic.
+func FuzzImageHeader(f *testing.F) {
+	f.Add(encodePNG(f, twoTone(4, 3)))
+	f.Add(encodeJPEG(f, twoTone(5, 2)))
+	f.Add(bombPNG(100000, 100000))
+	f.Add([]byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;"))
+	f.Add([]byte("RIFF\x1a\x00\x00\x00WEBPVP8L\x0d\x00\x00\x00/\x00\x00\x00\x10\x07\x10\x11\x11\x88\x88\xfe\x07\x00"))
+	f.Add(withJPEGExif(encodeJPEG(f, twoTone(4, 4)), exifTIFF(true, 8)))
+	o := Options{MaxPixels: 64 * 64, MaxSide: 16, JPEGQuality: 80}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := Check(b, o)
+		if err != nil {
+			if !errors.Is(err, ErrNotImage) && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrTooManyPixels) {
+				t.Fatalf("unexpected error kind: %v", err)
+			}
+			return
+		}
+		r, err := Process(b, o)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("passed the header check, then: %v", err)
+			}
+			return
+		}
+		if r.Width < 1 || r.Height < 1 || r.Width > o.MaxSide || r.Height > o.MaxSide {
+			t.Fatalf("output %dx%d outside 1..%d", r.Width, r.Height, o.MaxSide)
+		}
+		if r.Type != "image/png" && r.Type != "image/jpeg" {
+			t.Fatalf("output type %q", r.Type)
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -363,7 +364,9 @@ func (in *Ingestor) parse(m jetstream.Msg) parsed {
 	if err := dec.Decode(&msg); err != nil {
 		return poison("payload is not a valid log message: " + err.Error())
 	}
-	if dec.More() {
+	// dec.More is false before a stray '}' or ']', so look for the end of
+	// input itself (found by FuzzParse: `{...}}` was accepted).
+	if _, err := dec.Token(); err != io.EOF {
 		return poison("payload has data after the JSON object")
 	}
 	if msg.App == "" {
