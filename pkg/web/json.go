@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -46,7 +47,65 @@ func DecodeJSONBytes(raw []byte, dst any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return Errorf(http.StatusBadRequest, "invalid_json", "unexpected data after the JSON object")
 	}
+	return exactKeys(raw, dst)
+}
+
+// exactKeys refuses what encoding/json lets through: a top-level key that
+// matches a field only case-insensitively ("App" for "app"), and a key
+// given twice (the last would silently win). raw is known to be valid.
+func exactKeys(raw []byte, dst any) error {
+	t := reflect.TypeOf(dst)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	names := jsonNames(t)
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // {
+		return jsonError(err)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(err)
+		}
+		key, _ := tok.(string)
+		if !names[key] {
+			return FieldError(key, "unknown_field", fmt.Sprintf("unknown field %q (names are case-sensitive)", key))
+		}
+		if seen[key] {
+			return FieldError(key, "duplicate_field", fmt.Sprintf("field %q is given twice", key))
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return jsonError(err)
+		}
+	}
 	return nil
+}
+
+// jsonNames lists the JSON names of t's exported fields as encoding/json
+// sees them (tags, untagged names, embedded structs' fields).
+func jsonNames(t reflect.Type) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || f.Anonymous && f.Type.Kind() == reflect.Struct {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		out[name] = true
+	}
+	return out
 }
 
 func jsonError(err error) error {

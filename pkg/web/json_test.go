@@ -29,6 +29,8 @@ func TestDecodeJSONBytes(t *testing.T) {
 		{"nestedWrongType400", `{"password":{"old":1}}`, 400, "invalid_type", "password.old"},
 		{"trailing400", `{"email":"x"} {"email":"y"}`, 400, "invalid_json", ""},
 		{"null400", `null`, 400, "invalid_json", ""},
+		{"caseFolded400", `{"Email":"x"}`, 400, "unknown_field", "Email"},
+		{"duplicate400", `{"email":"x","email":"y"}`, 400, "duplicate_field", "email"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
