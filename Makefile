@@ -14,7 +14,7 @@ test: minio
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 
-## minio: build the pinned MinIO server once into the cache (no-op when present)
+## minio: build the pinned MinIO server and the FerretDB server program once into the cache (no-op when present)
 minio:
 	$(GO) run ./scripts/buildminio
 

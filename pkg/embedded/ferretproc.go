@@ -18,7 +18,7 @@ import (
 
 // FerretDBProgramVersion is the version of pkg/cmd/ferretdb. Bump it when
 // that program changes, so cached binaries are rebuilt.
-const FerretDBProgramVersion = "1"
+const FerretDBProgramVersion = "2"
 
 // ferretDBModule is the FerretDB module the program is built from.
 const ferretDBModule = "github.com/FerretDB/FerretDB"
