@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run test test-short bench minio vet fmt fuzz
+.PHONY: run test test-short test-faults soak bench minio vet fmt fuzz
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
@@ -14,7 +14,15 @@ test: minio
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 
-## minio: build the pinned MinIO server once into the cache (no-op when present)
+## test-faults: the fault suite: real servers and service processes stopped, killed and paused mid-traffic
+test-faults: minio
+	$(GO) test -tags faults -count=1 -v -timeout 20m ./scripts/faults
+
+## soak: a fixed-rate mix through the gateway for SOAK_DURATION (10m); fails on errors or >10% growth
+soak: minio
+	$(GO) run ./scripts/soak
+
+## minio: build the pinned MinIO server and the FerretDB server program once into the cache (no-op when present)
 minio:
 	$(GO) run ./scripts/buildminio
 

@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Log types accepted by the logs service.
@@ -90,9 +92,17 @@ type Options struct {
 	// MaxBody truncates longer log bodies (default 64 KiB, the logs
 	// service's default limit); 0 keeps the default, negative disables.
 	MaxBody int
-	// Logger receives the client's own warnings (default: discarded). Never
-	// point it back at this client.
+	// Logger receives the client's own warnings, and an error when records
+	// are dropped (at most one per DropLogInterval, with the count)
+	// (default: discarded). Never point it back at this client.
 	Logger *slog.Logger
+	// DropLogInterval spaces the error lines about dropped records (default
+	// 10s); the first drop is logged at once.
+	DropLogInterval time.Duration
+	// Metrics, when set, gets the counters acme_logclient_records_total
+	// {outcome="published|dropped|failed|retried"} and the gauge
+	// acme_logclient_pending (see Stats).
+	Metrics prometheus.Registerer
 }
 
 // Stats count what happened to the records given to Log.
@@ -121,6 +131,10 @@ type Client struct {
 
 	mu     sync.RWMutex
 	closed bool
+
+	dropMu       sync.Mutex
+	dropLogged   time.Time // when the last drop error was logged
+	dropUnlogged uint64    // drops since then
 
 	accepted  atomic.Uint64
 	published atomic.Uint64
@@ -162,6 +176,9 @@ func New(nc *nats.Conn, o Options) (*Client, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.DropLogInterval <= 0 {
+		o.DropLogInterval = 10 * time.Second
+	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(o.BatchSize),
 		jetstream.WithPublishAsyncTimeout(o.AckTimeout))
@@ -175,8 +192,57 @@ func New(nc *nats.Conn, o Options) (*Client, error) {
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
 	}
+	if o.Metrics != nil {
+		if err := c.register(o.Metrics); err != nil {
+			return nil, err
+		}
+	}
 	go c.run()
 	return c, nil
+}
+
+// register exposes the counters on reg.
+func (c *Client) register(reg prometheus.Registerer) error {
+	outcome := func(name string, f func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "acme", Subsystem: "logclient", Name: "records_total",
+			Help:        "Log records given to the client, by outcome: published (acknowledged), dropped (refused: buffer full, invalid or closed), failed (given up at close), retried (publish attempts repeated).",
+			ConstLabels: prometheus.Labels{"outcome": name},
+		}, func() float64 { return float64(f()) })
+	}
+	cs := []prometheus.Collector{
+		outcome("published", c.published.Load),
+		outcome("dropped", c.dropped.Load),
+		outcome("failed", c.failed.Load),
+		outcome("retried", c.retries.Load),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "acme", Subsystem: "logclient", Name: "pending",
+			Help: "Log records accepted and not yet published or failed.",
+		}, func() float64 { return float64(c.Stats().Pending) }),
+	}
+	for _, col := range cs {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("logclient metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// drop counts a refused record and reports it on the logger: at once for
+// the first, then at most once per DropLogInterval with the count since.
+func (c *Client) drop(reason string) {
+	total := c.dropped.Add(1)
+	c.dropMu.Lock()
+	c.dropUnlogged++
+	now := time.Now()
+	if !c.dropLogged.IsZero() && now.Sub(c.dropLogged) < c.o.DropLogInterval {
+		c.dropMu.Unlock()
+		return
+	}
+	n := c.dropUnlogged
+	c.dropUnlogged, c.dropLogged = 0, now
+	c.dropMu.Unlock()
+	c.o.Logger.Error("logclient: dropped log records", "reason", reason, "records", n, "droppedTotal", total, "bufferSize", c.o.BufferSize)
 }
 
 // Log queues one record and returns at once. It reports false, and counts a
@@ -184,7 +250,7 @@ func New(nc *nats.Conn, o Options) (*Client, error) {
 // buffer is full or the client is closed. metricsID may be empty.
 func (c *Client) Log(app, typ, body, metricsID string) bool {
 	if !ValidToken(app) || !ValidToken(typ) {
-		c.dropped.Add(1)
+		c.drop("invalid app or type")
 		return false
 	}
 	if c.o.MaxBody > 0 && len(body) > c.o.MaxBody {
@@ -192,14 +258,14 @@ func (c *Client) Log(app, typ, body, metricsID string) bool {
 	}
 	data, err := json.Marshal(Message{App: app, Type: typ, LogBody: body, MetricsID: metricsID, CreatedAt: time.Now().UTC()})
 	if err != nil {
-		c.dropped.Add(1)
+		c.drop("not encodable")
 		return false
 	}
 	r := record{subject: Subject(c.o.Prefix, app, typ), id: NewMsgID(), data: data}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
-		c.dropped.Add(1)
+		c.drop("client closed")
 		return false
 	}
 	select {
@@ -207,7 +273,7 @@ func (c *Client) Log(app, typ, body, metricsID string) bool {
 		c.accepted.Add(1)
 		return true
 	default:
-		c.dropped.Add(1)
+		c.drop("buffer full")
 		return false
 	}
 }
@@ -365,7 +431,7 @@ func (c *Client) giveUp(batch []record) {
 	}
 	if n > 0 {
 		c.failed.Add(n)
-		c.o.Logger.Warn("logclient: closed with unpublished records", "records", n)
+		c.o.Logger.Error("logclient: closed with unpublished records", "records", n)
 	}
 }
 

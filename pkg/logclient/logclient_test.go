@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -246,4 +249,90 @@ func TestRetriesWhileNATSAway(t *testing.T) {
 	if got := streamMsgs(t, stream); got != before+during {
 		t.Fatalf("stream holds %d, want %d", got, before+during)
 	}
+}
+
+// Drops are reported: a counter and an error line at once, then at most one
+// line per DropLogInterval carrying the count since the last one.
+func TestDropsReportedByMetricAndErrorLog(t *testing.T) {
+	srv := startOwnNATS(t)
+	nc, err := nats.Connect(srv.url(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	srv.stop()
+	var logBuf syncBuf
+	reg := prometheus.NewRegistry()
+	const buffer, batch, n = 10, 2, 100
+	c, err := logclient.New(nc, logclient.Options{
+		Prefix: "drops", BufferSize: buffer, BatchSize: batch, AckTimeout: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(&logBuf, nil)), DropLogInterval: time.Hour, Metrics: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = c.Close(ctx) // NATS stays away: gives up at once
+	}()
+	for range n {
+		c.Log("LOGGING", "log", "x", "")
+	}
+	st := c.Stats()
+	if st.Dropped == 0 {
+		t.Fatal("nothing dropped with NATS away and a full buffer")
+	}
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "/" + l.GetValue()
+			}
+			if m.Counter != nil {
+				got[key] = m.Counter.GetValue()
+			} else if m.Gauge != nil {
+				got[key] = m.Gauge.GetValue()
+			}
+		}
+	}
+	if got["acme_logclient_records_total/dropped"] != float64(st.Dropped) {
+		t.Errorf("metrics %v, want dropped %d", got, st.Dropped)
+	}
+	if got["acme_logclient_pending"] != float64(st.Pending) {
+		t.Errorf("metrics %v, want pending %d", got, st.Pending)
+	}
+	lines := strings.Split(strings.TrimSpace(logBuf.String()), "\n")
+	var errs []map[string]any
+	for _, l := range lines {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["level"] == "ERROR" {
+			errs = append(errs, m)
+		}
+	}
+	if len(errs) != 1 || errs[0]["reason"] != "buffer full" || errs[0]["records"] != float64(1) {
+		t.Fatalf("error lines %v, want one for the first drop (the next within the interval are counted, not logged)", errs)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

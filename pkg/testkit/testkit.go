@@ -1,5 +1,6 @@
-// Package testkit gives tests real servers: NATS with JetStream, a
-// MongoDB-wire server (embedded FerretDB on SQLite) and MinIO, started once per
+// Package testkit gives tests real servers: NATS with JetStream (in-process),
+// a MongoDB-wire server (FerretDB on SQLite, as a child process built once
+// without the race detector) and MinIO (a child process), started once per
 // test binary and shared, with a database, bucket and subject prefix of its
 // own for every test. MONGO_URL, S3_ENDPOINT (with S3_ACCESS_KEY and
 // S3_SECRET_KEY) and NATS_URL point the kit at external servers instead.
@@ -47,6 +48,9 @@ type Servers struct {
 
 	// MinIO is the kit's own MinIO process (nil when S3_ENDPOINT is set).
 	MinIO *embedded.MinIO
+	// FerretDB is the kit's own MongoDB-wire server process (nil when
+	// MONGO_URL is set).
+	FerretDB *embedded.FerretDBProc
 
 	stops []func()
 }
@@ -134,11 +138,12 @@ func start() (*Servers, error) {
 	if u := os.Getenv("MONGO_URL"); u != "" {
 		s.MongoURL = u
 	} else {
-		m, err := embedded.FerretDB(filepath.Join(tmpRoot, "mongo"), "127.0.0.1:0", nil)
+		m, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{Dir: filepath.Join(tmpRoot, "mongo"), Log: os.Stderr})
 		if err != nil {
 			return fail(err)
 		}
 		s.stops = append(s.stops, m.Stop)
+		s.FerretDB = m
 		s.MongoURL = m.URI
 	}
 	if s.Mongo, err = mongodrv.Connect(options.Client().ApplyURI(s.MongoURL).SetServerSelectionTimeout(10 * time.Second)); err != nil {

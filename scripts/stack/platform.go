@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -62,11 +63,13 @@ type Platform struct {
 	// on its own listener, the services' on their ports).
 	MetricsURLs map[string]string
 	order       []*Proc
+	envs        map[string][]string
+	out         io.Writer
 }
 
 // Launch starts auth, files, logs, then the gateway, each on its own port.
 func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
-	p := &Platform{Procs: map[string]*Proc{}}
+	p := &Platform{Procs: map[string]*Proc{}, envs: map[string][]string{}, out: o.Out}
 	addrs := map[string]string{}
 	for _, name := range Services {
 		if name == "gateway" && o.GatewayAddr != "" && !strings.HasSuffix(o.GatewayAddr, ":0") {
@@ -115,7 +118,8 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 		if !ok {
 			continue
 		}
-		proc, err := Start(name, bin, addrs[name], append(append([]string{}, common...), env[name]...), o.Out)
+		p.envs[name] = append(append([]string{}, common...), env[name]...)
+		proc, err := Start(name, bin, addrs[name], p.envs[name], o.Out)
 		if err != nil {
 			p.Stop(5 * time.Second)
 			return nil, err
@@ -131,4 +135,30 @@ func (p *Platform) Stop(grace time.Duration) {
 	for i := len(p.order) - 1; i >= 0; i-- {
 		p.order[i].Stop(grace)
 	}
+}
+
+// Restart starts service name again from bins, on the same address with the
+// same environment, in place of its process (which must have ended: Stop or
+// Kill it first), and waits until it is healthy.
+func (p *Platform) Restart(name string, bins map[string]string) (*Proc, error) {
+	old, ok := p.Procs[name]
+	if !ok {
+		return nil, fmt.Errorf("restart: no %s process", name)
+	}
+	select {
+	case <-old.Exited():
+	default:
+		return nil, fmt.Errorf("restart: %s is still running", name)
+	}
+	proc, err := Start(name, bins[name], old.Addr, p.envs[name], p.out)
+	if err != nil {
+		return nil, err
+	}
+	p.Procs[name] = proc
+	for i, q := range p.order {
+		if q == old {
+			p.order[i] = proc
+		}
+	}
+	return proc, nil
 }

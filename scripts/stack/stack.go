@@ -129,6 +129,12 @@ func (p *Proc) waitHealthy(max time.Duration) error {
 
 // Stop sends SIGTERM and waits up to grace, then kills.
 func (p *Proc) Stop(grace time.Duration) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot act on SIGTERM
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
@@ -136,6 +142,10 @@ func (p *Proc) Stop(grace time.Duration) {
 		p.Kill()
 	}
 }
+
+// Signal sends sig to the process (SIGSTOP and SIGCONT pause and resume it,
+// SIGTERM asks it to shut down).
+func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Kill sends SIGKILL and waits.
 func (p *Proc) Kill() {

@@ -1,0 +1,262 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FerretDBProgramVersion is the version of pkg/cmd/ferretdb. Bump it when
+// that program changes, so cached binaries are rebuilt.
+const FerretDBProgramVersion = "2"
+
+// ferretDBModule is the FerretDB module the program is built from.
+const ferretDBModule = "github.com/FerretDB/FerretDB"
+
+// FerretDBVersion is the FerretDB module version linked into this binary (the
+// one pinned in pkg/go.mod), which the server program is built with too.
+func FerretDBVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == ferretDBModule {
+				if d.Replace != nil {
+					return d.Replace.Version
+				}
+				return d.Version
+			}
+		}
+	}
+	return "v1.24.0"
+}
+
+// FerretDBBinary returns the path of the FerretDB server program
+// (pkg/cmd/ferretdb), building it once, without the race detector, into the
+// cache next to MinIO. $FERRETDB_BINARY overrides. The file name carries the
+// FerretDB version and FerretDBProgramVersion; concurrent callers, in this or
+// other processes, wait for one build, which goes to a temporary name first.
+func FerretDBBinary(ctx context.Context, progress io.Writer) (string, error) {
+	if p := os.Getenv("FERRETDB_BINARY"); p != "" {
+		return p, nil
+	}
+	dir := CacheDir()
+	bin := filepath.Join(dir, "ferretdb-"+FerretDBVersion()+"-p"+FerretDBProgramVersion)
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	src, err := ferretDBSource()
+	if err != nil {
+		return "", err
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "building the FerretDB %s server once into %s...\n", FerretDBVersion(), bin)
+	}
+	tmp := fmt.Sprintf("%s.tmp-%d", bin, os.Getpid())
+	defer os.Remove(tmp)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, ".")
+	cmd.Dir = src
+	// Never race-instrumented, whatever GOFLAGS the tests run with.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building ferretdb: %w\n%s", err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// ferretDBSource finds pkg/cmd/ferretdb from this file's location.
+func ferretDBSource() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("ferretdb: cannot locate the source of pkg/cmd/ferretdb (set FERRETDB_BINARY)")
+	}
+	dir := filepath.Join(filepath.Dir(file), "..", "cmd", "ferretdb")
+	if _, err := os.Stat(filepath.Join(dir, "main.go")); err != nil {
+		return "", fmt.Errorf("ferretdb: source not found at %s (set FERRETDB_BINARY): %w", dir, err)
+	}
+	return dir, nil
+}
+
+// FerretDBOptions configure StartFerretDB.
+type FerretDBOptions struct {
+	Dir  string    // SQLite data directory
+	Addr string    // host:port; empty picks a free loopback port
+	Log  io.Writer // server output; nil discards
+}
+
+// FerretDBProc is a FerretDB server running as a child process. It can be
+// stopped, paused and restarted on the same address and data directory, which
+// is what the fault tests do to it.
+type FerretDBProc struct {
+	URI  string // mongodb://host:port/
+	Addr string // host:port
+
+	bin  string
+	opts FerretDBOptions
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// StartFerretDB builds the server program if needed, starts it and waits
+// until it accepts connections.
+func StartFerretDB(ctx context.Context, o FerretDBOptions) (*FerretDBProc, error) {
+	bin, err := FerretDBBinary(ctx, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	if o.Addr == "" {
+		if o.Addr, err = FreeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return nil, err
+	}
+	p := &FerretDBProc{URI: "mongodb://" + o.Addr + "/", Addr: o.Addr, bin: bin, opts: o}
+	if err := p.start(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *FerretDBProc) start(ctx context.Context) error {
+	cmd := exec.Command(p.bin, "-listen", p.opts.Addr, "-dir", p.opts.Dir)
+	if p.opts.Log != nil {
+		cmd.Stdout, cmd.Stderr = p.opts.Log, p.opts.Log
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("ferretdb: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("ferretdb exited during start-up on %s (port taken or data dir unusable?)", p.Addr)
+		case <-ctx.Done():
+			p.Stop()
+			return ctx.Err()
+		default:
+		}
+		c, err := net.DialTimeout("tcp", p.Addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			return fmt.Errorf("ferretdb: not listening on %s after 30s: %w", p.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Pid is the server's process id (of the current run).
+func (p *FerretDBProc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Stop terminates the server: SIGTERM, then SIGKILL after 10 s. Stopping a
+// stopped server does nothing.
+func (p *FerretDBProc) Stop() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot handle SIGTERM
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Kill ends the server with SIGKILL and waits for it.
+func (p *FerretDBProc) Kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Restart starts the server again on the same address and data directory
+// (after Stop or Kill; it stops a running one first).
+func (p *FerretDBProc) Restart(ctx context.Context) error {
+	p.Stop()
+	return p.start(ctx)
+}
+
+// Pause freezes the server with SIGSTOP: connections stay open, nothing is
+// answered. Resume undoes it.
+func (p *FerretDBProc) Pause() error { return p.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (p *FerretDBProc) Resume() error { return p.signal(syscall.SIGCONT) }
+
+func (p *FerretDBProc) signal(s syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return errors.New("ferretdb: not started")
+	}
+	return p.cmd.Process.Signal(s)
+}
+
+// Exited is closed when the current run of the server ends.
+func (p *FerretDBProc) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}

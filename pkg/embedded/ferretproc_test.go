@@ -1,0 +1,85 @@
+package embedded
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// The FerretDB process keeps its data across a stop and a restart on the same
+// address, refuses work while stopped, and answers nothing while paused.
+func TestFerretDBProcStopPauseRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	p, err := StartFerretDB(ctx, FerretDBOptions{Dir: filepath.Join(dir, "mongo"), Log: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	bin, _ := FerretDBBinary(ctx, nil)
+	if want := "ferretdb-" + FerretDBVersion() + "-p" + FerretDBProgramVersion; filepath.Base(bin) != want {
+		t.Errorf("binary %s, want name %s", bin, want)
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(p.URI).SetServerSelectionTimeout(2 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	coll := client.Database("kit").Collection("c")
+	op := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		_, err := coll.InsertOne(ctx, bson.M{"at": time.Now()})
+		return err
+	}
+	if err := op(10 * time.Second); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+
+	addr, pid := p.Addr, p.Pid()
+	p.Stop()
+	select {
+	case <-p.Exited():
+	default:
+		t.Fatal("Stop returned before the process ended")
+	}
+	if err := op(time.Second); err == nil {
+		t.Fatal("insert succeeded while the server was stopped")
+	}
+	if err := p.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Addr != addr || p.Pid() == pid {
+		t.Fatalf("restart: addr %s pid %d, before %s pid %d", p.Addr, p.Pid(), addr, pid)
+	}
+	if err := op(15 * time.Second); err != nil {
+		t.Fatalf("insert after restart: %v", err)
+	}
+	n, err := coll.CountDocuments(ctx, bson.M{})
+	if err != nil || n != 2 {
+		t.Fatalf("after restart: %d documents (%v), want 2 (data dir kept)", n, err)
+	}
+
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := op(500 * time.Millisecond); err == nil {
+		t.Fatal("insert succeeded while the server was paused")
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("paused insert took %s despite a 500ms deadline", el)
+	}
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := op(15 * time.Second); err != nil {
+		t.Fatalf("insert after resume: %v", err)
+	}
+}
