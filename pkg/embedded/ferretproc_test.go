@@ -2,8 +2,10 @@ package embedded
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +83,41 @@ func TestFerretDBProcStopPauseRestart(t *testing.T) {
 	}
 	if err := op(15 * time.Second); err != nil {
 		t.Fatalf("insert after resume: %v", err)
+	}
+}
+
+// TestFerretDBUsesTheIDIndex: the server program is built with the patch
+// that makes lookups by _id (string and ObjectID) use the _id index: the
+// SQLite plan FerretDB's explain returns says SEARCH ... USING INDEX, not
+// SCAN (without the patch it is a SCAN of the whole table).
+func TestFerretDBUsesTheIDIndex(t *testing.T) {
+	ctx := context.Background()
+	p, err := StartFerretDB(ctx, FerretDBOptions{Dir: filepath.Join(t.TempDir(), "mongo")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	client, err := mongo.Connect(options.Client().ApplyURI(p.URI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	db := client.Database("kit")
+	if _, err := db.Collection("c").InsertMany(ctx, []any{bson.M{"_id": "a#1"}, bson.M{"_id": bson.NewObjectID()}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []any{"a#2", bson.NewObjectID()} {
+		var res bson.M
+		cmd := bson.D{{Key: "explain", Value: bson.D{{Key: "find", Value: "c"}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}}}}}
+		if err := db.RunCommand(ctx, cmd).Decode(&res); err != nil {
+			t.Fatal(err)
+		}
+		plan := fmt.Sprint(res["queryPlanner"])
+		if !strings.Contains(plan, "USING INDEX") || strings.Contains(plan, "SCAN") {
+			t.Errorf("lookup of _id %v: plan %s, want a SEARCH using the _id index", id, plan)
+		}
+		if res["filterPushdown"] != true {
+			t.Errorf("lookup of _id %v: filter not pushed down: %v", id, res)
+		}
 	}
 }

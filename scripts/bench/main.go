@@ -78,7 +78,7 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer ns.Shutdown()
-	mdb, err := embedded.FerretDB(filepath.Join(tmp, "mongo"), "127.0.0.1:0", nil)
+	mdb, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{Dir: filepath.Join(tmp, "mongo")})
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 		return err
 	}
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	mongo, err := embedded.FerretDB(filepath.Join(dataDir, "mongo"), "127.0.0.1:0", os.Stderr)
+	mongo, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{Dir: filepath.Join(dataDir, "mongo"), Log: os.Stderr})
 	if err != nil {
 		return err
 	}

@@ -319,7 +319,7 @@ func TestSweeperDeletesExpiredSessions(t *testing.T) {
 // With MongoDB gone, requests answer 503 JSON, never 500 or 401.
 func TestMongoDown503(t *testing.T) {
 	dir := t.TempDir()
-	m, err := embedded.FerretDB(filepath.Join(dir, "mongo"), "127.0.0.1:0", nil)
+	m, err := embedded.StartFerretDB(context.Background(), embedded.FerretDBOptions{Dir: filepath.Join(dir, "mongo")})
 	if err != nil {
 		t.Fatal(err)
 	}

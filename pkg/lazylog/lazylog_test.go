@@ -1,4 +1,4 @@
-package embedded
+package lazylog
 
 import (
 	"bytes"
@@ -7,12 +7,12 @@ import (
 	"testing"
 )
 
-// TestLazyHandler: attributes and groups added with With reach the output
+// TestHandler: attributes and groups added with With reach the output
 // of an enabled record, in order, and disabled levels write nothing.
-func TestLazyHandler(t *testing.T) {
+func TestHandler(t *testing.T) {
 	var buf bytes.Buffer
 	base := slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})
-	l := slog.New(newLazyHandler(base, slog.LevelError))
+	l := slog.New(New(base, slog.LevelError))
 	l.With("sql", "INSERT big").WithGroup("g").With("n", 3).Info("hidden")
 	if buf.Len() != 0 {
 		t.Fatalf("info written below the error level: %q", buf.String())
