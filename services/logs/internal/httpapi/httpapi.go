@@ -34,6 +34,12 @@ type API struct {
 	Verifier  *identity.Verifier
 	Checks    map[string]func(context.Context) error
 	Now       func() time.Time
+
+	// Tail feeds GET /log/tail; Stop ends every open tail (shutdown).
+	Tail       Tailer
+	TailConfig TailConfig
+	Stop       context.Context
+	tails      tailState
 }
 
 // Register mounts the routes on app.
@@ -46,6 +52,7 @@ func (a *API) Register(app *fiber.App) {
 	g := app.Group("/log", web.RequireAdmin)
 	g.Post("/", a.postLog)
 	g.Get("/dead", a.listDead)
+	g.Get("/tail", a.tail)
 	g.Get("/:type/:page", func(c *fiber.Ctx) error { return a.listLogs(c, false) })
 	g.Get("/:type/:page/:app", func(c *fiber.Ctx) error { return a.listLogs(c, true) })
 }
