@@ -163,8 +163,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return fmt.Errorf("nats subscribe: %w", err)
 	}
 
+	// Server-sent-event streams end as shutdown begins (see below).
+	streams, stopStreams := context.WithCancel(context.Background())
+	defer stopStreams()
 	handler := proxy.New(proxy.Config{
-		Pools: pools, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
+		Streams: streams,
+		Pools:   pools, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
 		AllowedOrigins: cfg.AllowedOrigins, Log: log, Transport: transport, TokenTTL: cfg.TokenTTL,
 		BodyLimits: cfg.BodyLimits,
 	})
@@ -250,6 +254,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// buffered error logs are published, and NATS drains.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
+	stopStreams() // live streams never finish by themselves
 	err = srv.Shutdown(sctx)
 	if err != nil {
 		log.Warn("in-flight requests cut at the shutdown deadline", "grace", cfg.ShutdownGrace.String(), "err", err)

@@ -99,6 +99,28 @@ func TestTailAccessAndInput(t *testing.T) {
 	}
 }
 
+func TestListApps(t *testing.T) {
+	v := startService(t, map[string]string{"LOGS_APPS": "LOGGING,ACME-S3,SERVER-X"})
+	if st, body := v.do("GET", "/log/apps", v.token("u1", identity.RoleUser), nil); st != 403 {
+		t.Fatalf("user: %d %v", st, body)
+	}
+	st, body := v.do("GET", "/log/apps", v.admin(), nil)
+	if st != 200 {
+		t.Fatalf("%d %v", st, body)
+	}
+	var names []string
+	for _, a := range body["apps"].([]any) {
+		m := a.(map[string]any)
+		if m["id"] == "" {
+			t.Errorf("app without id: %v", m)
+		}
+		names = append(names, m["name"].(string))
+	}
+	if strings.Join(names, ",") != "LOGGING,ACME-S3,SERVER-X" {
+		t.Fatalf("apps %v", names)
+	}
+}
+
 func TestTailStreamsNewRecords(t *testing.T) {
 	v := startService(t, map[string]string{"LOGS_TAIL_HEARTBEAT": "200ms"})
 	stream := strings.ToUpper(v.prefix()) + "_LOGS"

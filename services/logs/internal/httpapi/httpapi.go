@@ -53,6 +53,7 @@ func (a *API) Register(app *fiber.App) {
 	g.Post("/", a.postLog)
 	g.Get("/dead", a.listDead)
 	g.Get("/tail", a.tail)
+	g.Get("/apps", a.listApps)
 	g.Get("/:type/:page", func(c *fiber.Ctx) error { return a.listLogs(c, false) })
 	g.Get("/:type/:page/:app", func(c *fiber.Ctx) error { return a.listLogs(c, true) })
 }
@@ -223,6 +224,12 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		out[i] = toRecordJSON(r)
 	}
 	return c.Status(http.StatusCreated).JSON(fiber.Map{"logs": out})
+}
+
+// listApps: GET /log/apps → 200 {apps:[{id,name}]}, the known application
+// names (what the console offers in its app selector).
+func (a *API) listApps(c *fiber.Ctx) error {
+	return c.JSON(fiber.Map{"apps": appsJSON(a.Apps.List())})
 }
 
 type deadJSON struct {
