@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acme/platform/gateway/internal/console"
 	"github.com/acme/platform/gateway/internal/openapi"
 	"github.com/acme/platform/gateway/internal/proxy"
 	"github.com/acme/platform/gateway/internal/sessions"
@@ -178,6 +179,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	})
 	mux.HandleFunc("GET /readyz", readyz(pools, nc, transport))
 	openapi.Register(mux) // GET /openapi.yaml, /openapi.json: the public API's document
+	console.Register(mux) // GET /console/: the web console (static, embedded)
 	mux.Handle("/", handler)
 
 	// Requests are counted by the route table entry (the proxy names it)
