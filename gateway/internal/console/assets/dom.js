@@ -22,7 +22,7 @@ export function field(label, name, attrs = {}) {
   const id = 'f-' + name + '-' + Math.random().toString(36).slice(2, 7);
   const { options, ...rest } = attrs;
   const input = options
-    ? h('select', { id, name, ...rest }, options.map(o => h('option', { value: o.value ?? o, selected: o.value === rest.value }, o.label ?? o)))
+    ? h('select', { id, name, ...rest }, options.map(o => h('option', { value: o.value ?? o, selected: (o.value ?? o) === rest.value }, o.label ?? o)))
     : h('input', { id, name, ...rest });
   return h('div', { class: 'field' }, h('label', { for: id }, label), input);
 }
