@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,4 +118,94 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("browser scenarios failed: %v (screenshots in %s)", err, artifacts)
 	}
+}
+
+// The live tail through the gateway, as EventSource uses it: admins only,
+// checked input, events as they are published on NATS, unbuffered.
+func TestLiveTailThroughGateway(t *testing.T) {
+	p, sec, _ := platform(t, nil)
+	admin := signIn(t, p.GatewayURL, sec.AdminEmail, sec.AdminPassword)
+	admin.mustStatus(201, "POST", "/users", map[string]any{
+		"email": "linus@example.com", "password": "correct horse battery", "fullName": "Linus", "edv": "E-9",
+	})
+	user := signIn(t, p.GatewayURL, "linus@example.com", "correct horse battery")
+
+	apps := admin.mustStatus(200, "GET", "/log/apps", nil)["apps"].([]any)
+	if len(apps) != 6 {
+		t.Fatalf("apps: %v", apps)
+	}
+	user.mustStatus(403, "GET", "/log/apps", nil)
+	user.mustStatus(403, "GET", "/log/tail", nil)
+	newClient(t, p.GatewayURL).mustStatus(401, "GET", "/log/tail", nil)
+	if b := admin.mustStatus(400, "GET", "/log/tail?type=warning", nil); b["code"] != "invalid_type" {
+		t.Fatalf("bad type: %v", b)
+	}
+	if b := admin.mustStatus(400, "GET", "/log/tail?app=NO-SUCH-APP", nil); b["code"] != "unknown_app" || b["sentAppName"] != "NO-SUCH-APP" {
+		t.Fatalf("unknown app: %v", b)
+	}
+
+	req, _ := http.NewRequest("GET", p.GatewayURL+"/log/tail?type=error", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := admin.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("tail: %d %v", resp.StatusCode, resp.Header)
+	}
+	events := make(chan [2]string, 16) // event, data
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		var ev, data string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "" && ev != "":
+				events <- [2]string{ev, data}
+				ev, data = "", ""
+			case strings.HasPrefix(line, "event: "):
+				ev = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				data = line[6:]
+			}
+		}
+	}()
+	nextEvent := func(within time.Duration) [2]string {
+		t.Helper()
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			return ev
+		case <-time.After(within):
+			t.Fatalf("no event within %v", within)
+		}
+		return [2]string{}
+	}
+	if ev := nextEvent(10 * time.Second); ev[0] != "ready" {
+		t.Fatalf("first event %v", ev)
+	}
+
+	nc, err := nats.Connect(testkit.Get(t).NATSURL, nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	lv, _ := launched.Load(p)
+	lc, err := logclient.New(nc, logclient.Options{Prefix: lv.(launch).servers.SubjectPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close(context.Background())
+	lc.Log("ACME-S3", logclient.TypeLog, "not an error: filtered out", "")
+	lc.Log("ACME-S3", logclient.TypeError, "bucket gone", "tail-e2e")
+	start := time.Now()
+	ev := nextEvent(2 * time.Second)
+	if ev[0] != "log" || !strings.Contains(ev[1], `"logBody":"bucket gone"`) || !strings.Contains(ev[1], `"type":"error"`) {
+		t.Fatalf("event %v", ev)
+	}
+	t.Logf("tail event %v after publishing", time.Since(start))
 }
