@@ -188,6 +188,7 @@ try {
     await adm.waitForTimeout(250);
   }
   await adm.locator('#log-details').evaluate((el) => { el.hidden = true; });
+  await adm.locator('#status').evaluate((el) => { el.textContent = ''; });
   await shot(adm, '06-logs');
   await adm.setViewportSize({ width: 390, height: 844 });
   await shot(adm, '07-logs-phone');

@@ -1,6 +1,5 @@
 import { api, upload } from './api.js';
 import { h, field, errorBox, say, fmtDate } from './dom.js';
-import { loadUser } from './app.js';
 
 const editable = ['fullName', 'email', 'sector', 'avatarUrl'];
 const messages = {
