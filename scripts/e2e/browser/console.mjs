@@ -72,6 +72,22 @@ try {
   await page.keyboard.press('Enter'); // keyboard only
   await page.getByRole('alert').filter({ hasText: 'The e-mail or the password is wrong.' }).waitFor();
   await shot(page, '01-signin-error');
+  // Throttling: repeated failures for one account lock it; the page says
+  // how long to wait (from the 429's retryAfter) and counts down.
+  await page.getByLabel('E-mail').fill('nobody@example.com');
+  for (let i = 0; i < 8; i++) {
+    await page.getByLabel('Password').fill('wrong password ' + i);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    const alert = page.getByRole('alert');
+    await alert.filter({ hasText: /wrong|Try again in/ }).waitFor();
+    if (/Try again in \d+ seconds?\./.test(await alert.textContent())) break;
+    assert.ok(i < 7, 'never throttled');
+  }
+  assert.ok(await page.getByRole('button', { name: 'Sign in' }).isDisabled(), 'sign-in button enabled while locked');
+  await shot(page, '01-signin-throttled');
+  await page.reload();
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  await page.getByLabel('E-mail').fill(user.email);
   await page.getByLabel('Password').fill(user.password);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { name: 'Profile', level: 1 }).waitFor();
@@ -114,6 +130,14 @@ try {
     zone.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
   });
   await page.locator('.queue li', { hasText: 'dropped.txt' }).getByText('done').waitFor();
+  // Cancel: an upload held on the way (the request never completes) is
+  // aborted by its Cancel button.
+  await page.route('**/upload/file', () => {}); // hold it
+  await page.locator('#files-input').setInputFiles({ name: 'held.bin', mimeType: 'application/octet-stream', buffer: Buffer.alloc(4096, 1) });
+  const heldItem = page.locator('.queue li', { hasText: 'held.bin' });
+  await heldItem.getByRole('button', { name: 'Cancel' }).click();
+  await heldItem.getByText('cancelled').waitFor();
+  await page.unroute('**/upload/file');
   const rows = page.locator('table tbody tr');
   await rows.first().getByRole('button', { name: 'dropped.txt' }).waitFor(); // newest first
   await rows.nth(1).getByRole('button', { name: 'notes.txt' }).waitFor();
@@ -139,6 +163,16 @@ try {
   const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflow <= 0, `the files page is ${overflow}px wider than a phone screen`);
   await shot(phone, '04-files-phone');
+  // The phone's session, ended from the first browser.
+  await page.getByRole('link', { name: 'Profile' }).click();
+  const sessionRows = page.getByRole('heading', { name: 'Sessions' }).locator('..').locator('tbody tr');
+  await sessionRows.nth(1).waitFor();
+  assert.equal(await sessionRows.count(), 2);
+  await sessionRows.getByRole('button', { name: 'End' }).click();
+  await page.getByRole('status').filter({ hasText: 'Session ended.' }).waitFor();
+  assert.equal(await sessionRows.count(), 1);
+  await phone.reload();
+  await phone.getByRole('heading', { name: 'Sign in' }).waitFor(); // that session is gone
   await phone.context().close();
 
   // --- sign out ---
@@ -153,7 +187,20 @@ try {
   await signIn(adm, admin);
   await adm.getByRole('link', { name: 'Users' }).click();
   await adm.getByRole('cell', { name: user.email }).waitFor();
+  const form = adm.locator('form', { has: adm.getByRole('heading', { name: 'Create a user' }) });
+  await form.getByLabel('E-mail').fill('temp@example.com');
+  await form.getByLabel('Full name').fill('Temporary Person');
+  await form.getByLabel('EDV').fill('E-99');
+  await form.getByLabel('Initial password').fill('temporary password');
+  await form.getByRole('button', { name: 'Create user' }).click();
+  await adm.getByRole('status').filter({ hasText: 'temp@example.com created.' }).waitFor();
+  await adm.getByLabel('Role of temp@example.com').selectOption('admin');
+  await adm.getByRole('status').filter({ hasText: 'temp@example.com is now admin.' }).waitFor();
   await shot(adm, '05-users');
+  adm.once('dialog', (d) => d.accept());
+  await adm.getByRole('row', { name: /temp@example\.com/ }).getByRole('button', { name: 'Delete' }).click();
+  await adm.getByRole('status').filter({ hasText: 'temp@example.com deleted.' }).waitFor();
+  assert.equal(await adm.getByRole('cell', { name: 'temp@example.com' }).count(), 0);
 
   step = 'admin logs';
   await adm.getByRole('link', { name: 'Logs' }).click();
