@@ -138,6 +138,17 @@ func TestTailStreamsNewRecords(t *testing.T) {
 		return info.State.Consumers
 	}
 	base := consumers()
+	// HEAD answers the headers and opens nothing.
+	head, _ := http.NewRequest("HEAD", v.base+"/log/tail", nil)
+	head.Header.Set(identity.Header, v.admin())
+	if res, err := http.DefaultClient.Do(head); err != nil || res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("HEAD: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
+	if got := consumers(); got != base {
+		t.Fatalf("HEAD opened a consumer (%d, want %d)", got, base)
+	}
 
 	// A record published before the tail opened is not replayed.
 	v.publish(logclient.Subject(v.prefix(), "ACME-AUTH", "error"), "before-1", payload("ACME-AUTH", "error", "old news"))

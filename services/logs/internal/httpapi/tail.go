@@ -59,6 +59,11 @@ func (a *API) tail(c *fiber.Ctx) error {
 		}
 		app = found.Name
 	}
+	if c.Method() == http.MethodHead { // headers only: no subscription
+		c.Set("Content-Type", "text/event-stream; charset=utf-8")
+		c.Set("Cache-Control", "no-cache, no-store")
+		return c.SendStatus(http.StatusOK)
+	}
 	maxOpen := int64(a.TailConfig.MaxOpen)
 	if maxOpen <= 0 {
 		maxOpen = 100
