@@ -344,7 +344,10 @@ func TestNATSPermissions(t *testing.T) {
 			"$JS.API.STREAM.LIST",
 			"$JS.API.CONSUMER.CREATE." + stream + ".spy",
 			"$JS.API.CONSUMER.DELETE." + stream + "." + consumer,
-			"$JS.API.CONSUMER.MSG.NEXT." + stream + ".spy",
+			// live-tail consumers: created only with a filter under the
+			// stream's subjects; never deleted by the client
+			"$JS.API.CONSUMER.CREATE." + stream + ".spy.other.>",
+			"$JS.API.CONSUMER.DELETE." + stream + ".spy",
 			prefix + ".auth.revoked",
 			logclient.Subject(prefix, otherApp["logs"], logclient.TypeError),
 		} {

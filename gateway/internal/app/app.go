@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acme/platform/gateway/internal/console"
 	"github.com/acme/platform/gateway/internal/openapi"
 	"github.com/acme/platform/gateway/internal/proxy"
 	"github.com/acme/platform/gateway/internal/sessions"
@@ -172,8 +173,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return fmt.Errorf("nats subscribe: %w", err)
 	}
 
+	// Server-sent-event streams end as shutdown begins (see below).
+	streams, stopStreams := context.WithCancel(context.Background())
+	defer stopStreams()
 	handler := proxy.New(proxy.Config{
-		Pools: pools, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
+		Streams: streams,
+		Pools:   pools, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
 		AllowedOrigins: cfg.AllowedOrigins, Log: log, Transport: transport, TokenTTL: cfg.TokenTTL,
 		BodyLimits: cfg.BodyLimits,
 	})
@@ -183,6 +188,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	})
 	mux.HandleFunc("GET /readyz", readyz(pools, nc, transport))
 	openapi.Register(mux) // GET /openapi.yaml, /openapi.json: the public API's document
+	console.Register(mux) // GET /console/: the web console (static, embedded)
 	mux.Handle("/", handler)
 
 	// Requests are counted by the route table entry (the proxy names it)
@@ -263,6 +269,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// buffered error logs are published, and NATS drains.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
+	stopStreams() // live streams never finish by themselves
 	err = srv.Shutdown(sctx)
 	if err != nil {
 		log.Warn("in-flight requests cut at the shutdown deadline", "grace", cfg.ShutdownGrace.String(), "err", err)

@@ -123,6 +123,11 @@ type Config struct {
 	// proxy would only see a broken write. Keep each at most the service's
 	// own limit.
 	BodyLimits map[string]int64
+	// Streams, when set, ends every server-sent-event stream (requests
+	// accepting text/event-stream) when it is done: the gateway cancels it
+	// as shutdown begins, so live tails do not hold the shutdown for its
+	// whole grace period. Other requests are not affected.
+	Streams context.Context
 }
 
 // Handler is the gateway's proxy.
@@ -260,6 +265,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		writeError(w, http.StatusForbidden, "forbidden_origin", "cross-origin request from an origin that is not allowed")
 		return ""
 	}
+	if h.crossSiteUnsafe(r) {
+		writeError(w, http.StatusForbidden, "forbidden_origin", "state-changing request from another site")
+		return ""
+	}
 	if r.Method == http.MethodOptions && r.Header.Get("Origin") != "" {
 		w.WriteHeader(http.StatusNoContent) // preflight, headers set by originAllowed
 		return ""
@@ -335,7 +344,19 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		r.Body = lb
 	}
 	t := &target{base: base, token: tok, rid: rid, service: route.Service, hash: hash, body: lb}
-	h.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyTarget, t)))
+	ctx := context.WithValue(r.Context(), keyTarget, t)
+	if h.cfg.Streams != nil && strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(h.cfg.Streams, cancel)
+		defer stop()
+	}
+	// Server-sent events: ReverseProxy flushes each write (FlushInterval -1),
+	// the server has no write timeout, and the client going away cancels
+	// ctx, which closes the upstream connection, so the service's stream
+	// ends at its next write.
+	h.rp.ServeHTTP(w, r.WithContext(ctx))
 	return route.Service
 }
 
@@ -455,6 +476,29 @@ func (h *Handler) originAllowed(w http.ResponseWriter, r *http.Request) bool {
 		return true // no state change; the browser withholds the answer without CORS headers
 	}
 	return false
+}
+
+// crossSiteUnsafe reports an unsafe request (POST, PATCH, DELETE, ...) that
+// a browser says comes from another site or origin while sending no Origin
+// we checked. Browsers send Origin with every unsafe request today, so this
+// is the second line behind originAllowed (and behind SameSite=Lax
+// cookies): Sec-Fetch-Site is set by the browser alone and cannot be forged
+// by a page. Requests without it (curl, server-side runtimes, older
+// browsers that still send Origin) are judged by Origin only.
+func (h *Handler) crossSiteUnsafe(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin != "" && h.origins[origin] {
+		return false // a configured origin (CORS with credentials)
+	}
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+		return false
+	}
+	return true // cross-site, or same-site from another origin (a sibling subdomain)
 }
 
 func sameOrigin(origin string, r *http.Request) bool {

@@ -38,6 +38,7 @@ type Settings struct {
 	Retention, RetentionInterval, ShutdownGrace         time.Duration
 	SelfLog                                             bool
 	MetricsInterval                                     time.Duration // consumer lag refresh
+	Tail                                                httpapi.TailConfig
 }
 
 // Load reads the settings.
@@ -79,6 +80,11 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	s.ShutdownGrace = r.Duration("SHUTDOWN_GRACE", 10*time.Second)
 	s.SelfLog = r.Bool("SELF_LOG", true)
 	s.MetricsInterval = r.Duration("METRICS_INTERVAL", 15*time.Second)
+	s.Tail = httpapi.TailConfig{
+		Heartbeat: r.Duration("TAIL_HEARTBEAT", 15*time.Second),
+		Buffer:    r.Int("TAIL_BUFFER", 256),
+		MaxOpen:   r.Int("TAIL_MAX_OPEN", 100),
+	}
 	if err := r.Err(); err != nil {
 		return s, r, err
 	}
@@ -175,7 +181,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	api := &httpapi.API{
 		Store: store, Writer: writer, Apps: apps, Validator: validator, Config: s.HTTP,
-		Verifier: identity.NewVerifier(pub, "logs"),
+		Verifier:   identity.NewVerifier(pub, "logs"),
+		Tail:       &natsingest.Tail{JS: js, Config: s.Ingest, Validator: validator},
+		TailConfig: s.Tail, Stop: ctx,
 		Checks: map[string]func(context.Context) error{
 			"mongo": store.Ping,
 			"nats": func(context.Context) error {

@@ -115,6 +115,20 @@ func TestIngestUnderDeploymentPermissions(t *testing.T) {
 		}
 	}
 
+	// The live tail's followers (ordered consumers, one unfiltered, one
+	// filtered) work as the logs user too.
+	validator := logs.Validator{Apps: logs.NewApps(apps), MaxBody: settings.MaxBody}
+	tail := &natsingest.Tail{JS: js, Config: cfg, Validator: validator}
+	var followers []*natsingest.Follower
+	for _, f := range [][2]string{{"", ""}, {logclient.TypeError, "ACME-AUTH"}} {
+		fl, err := tail.Follow(ctx, f[0], f[1], 8)
+		if err != nil {
+			t.Fatalf("tail follower %v as the logs user: %v", f, err)
+		}
+		defer fl.Stop()
+		followers = append(followers, fl)
+	}
+
 	// auth publishes a record and a poison message (which the ingestor
 	// terminates: another kind of ack).
 	authNC, authErrs := connect(t, srv.ClientURL(), "auth", passwords["auth"])
@@ -134,8 +148,20 @@ func TestIngestUnderDeploymentPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	for i, fl := range followers {
+		select {
+		case rec := <-fl.C:
+			if rec.LogBody != "sign-in store unavailable" {
+				t.Errorf("follower %d got %+v", i, rec)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("follower %d: no record under the deployment permissions", i)
+		}
+		fl.Stop()
+	}
+
 	store := &memStore{}
-	in := &natsingest.Ingestor{Consumer: cons, Store: store, Validator: logs.Validator{Apps: logs.NewApps(apps), MaxBody: settings.MaxBody},
+	in := &natsingest.Ingestor{Consumer: cons, Store: store, Validator: validator,
 		Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

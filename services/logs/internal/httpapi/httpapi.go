@@ -34,6 +34,12 @@ type API struct {
 	Verifier  *identity.Verifier
 	Checks    map[string]func(context.Context) error
 	Now       func() time.Time
+
+	// Tail feeds GET /log/tail; Stop ends every open tail (shutdown).
+	Tail       Tailer
+	TailConfig TailConfig
+	Stop       context.Context
+	tails      tailState
 }
 
 // Register mounts the routes on app.
@@ -46,6 +52,8 @@ func (a *API) Register(app *fiber.App) {
 	g := app.Group("/log", web.RequireAdmin)
 	g.Post("/", a.postLog)
 	g.Get("/dead", a.listDead)
+	g.Get("/tail", a.tail)
+	g.Get("/apps", a.listApps)
 	g.Get("/:type/:page", func(c *fiber.Ctx) error { return a.listLogs(c, false) })
 	g.Get("/:type/:page/:app", func(c *fiber.Ctx) error { return a.listLogs(c, true) })
 }
@@ -216,6 +224,12 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		out[i] = toRecordJSON(r)
 	}
 	return c.Status(http.StatusCreated).JSON(fiber.Map{"logs": out})
+}
+
+// listApps: GET /log/apps → 200 {apps:[{id,name}]}, the known application
+// names (what the console offers in its app selector).
+func (a *API) listApps(c *fiber.Ctx) error {
+	return c.JSON(fiber.Map{"apps": appsJSON(a.Apps.List())})
 }
 
 type deadJSON struct {

@@ -1,0 +1,131 @@
+import { api } from './api.js';
+import { h, field, errorBox, say, fmtDate } from './dom.js';
+
+const TYPES = ['log', 'error', 'db'];
+const MAX_LIVE = 200;
+
+export async function logsPage(main) {
+  let apps = [];
+  try { apps = (await api('GET', '/log/apps')).apps.map(a => a.name); } catch (e) { say(e.message, 'error'); }
+  const appOptions = [{ value: '', label: 'All applications' }, ...apps];
+
+  // The full record, for the listing and the live tail alike.
+  const details = h('section', { class: 'card', id: 'log-details', 'aria-labelledby': 'ld-title', hidden: true });
+  function showRecord(r) {
+    details.replaceChildren(
+      h('h2', { id: 'ld-title', tabindex: -1 }, 'Log record'),
+      h('dl', { class: 'facts' },
+        h('dt', {}, 'Time'), h('dd', {}, fmtDate(r.createdAt)),
+        h('dt', {}, 'Application'), h('dd', {}, r.app),
+        h('dt', {}, 'Type'), h('dd', {}, r.type),
+        h('dt', {}, 'Metrics id'), h('dd', {}, r.metricsId ?? '—'),
+        h('dt', {}, 'Id'), h('dd', {}, r.id)),
+      h('pre', { class: 'body', tabindex: 0, 'aria-label': 'Log body' }, r.logBody),
+      h('button', { type: 'button', onclick: () => { details.hidden = true; } }, 'Close'));
+    details.hidden = false;
+    details.querySelector('h2').focus();
+  }
+  const row = (r) => h('tr', { class: 'type-' + r.type },
+    h('td', {}, fmtDate(r.createdAt)), h('td', {}, r.app), h('td', {}, h('span', { class: 'tag' }, r.type)),
+    h('td', { class: 'clip' }, h('button', { type: 'button', class: 'link', title: 'Show the whole record', onclick: () => showRecord(r) },
+      r.logBody.length > 140 ? r.logBody.slice(0, 140) + '…' : r.logBody || '(empty)')));
+  const table = (tbody, label) => h('div', { class: 'scroll' }, h('table', { 'aria-label': label },
+    h('thead', {}, h('tr', {}, ['Time', 'Application', 'Type', 'Body'].map(t => h('th', { scope: 'col' }, t)))), tbody));
+
+  // Listing: type, app, time range, pages.
+  let page = 1;
+  const err = errorBox();
+  const tbody = h('tbody');
+  const pager = h('div', { class: 'pager' });
+  const filters = h('form', { class: 'filters', 'aria-label': 'Log filters' },
+    field('Type', 'type', { options: TYPES, value: 'log' }),
+    field('Application', 'app', { options: appOptions, value: '' }),
+    field('From', 'from', { type: 'datetime-local', step: 1 }),
+    field('To', 'to', { type: 'datetime-local', step: 1 }),
+    field('Per page', 'limit', { options: ['20', '50', '100'], value: '50' }),
+    h('button', { type: 'submit' }, 'Show'));
+  filters.addEventListener('submit', (ev) => { ev.preventDefault(); page = 1; load(); });
+
+  async function load() {
+    err.show('');
+    const f = filters;
+    const limit = Number(f.limit.value);
+    let path = `/log/${encodeURIComponent(f.type.value)}/${page}` + (f.app.value ? '/' + encodeURIComponent(f.app.value) : '');
+    const q = new URLSearchParams({ limit: String(limit) });
+    if (f.from.value) q.set('from', new Date(f.from.value).toISOString());
+    if (f.to.value) q.set('to', new Date(f.to.value).toISOString());
+    try {
+      const r = await api('GET', path + '?' + q);
+      tbody.replaceChildren(...r.logs.map(row));
+      if (!r.logs.length) tbody.append(h('tr', {}, h('td', { colspan: 4 }, 'No records.')));
+      pager.replaceChildren(
+        h('button', { type: 'button', disabled: page <= 1, onclick: () => { page--; load(); } }, '← Newer'),
+        h('span', {}, 'Page ' + page),
+        h('button', { type: 'button', disabled: r.logs.length < limit, onclick: () => { page++; load(); } }, 'Older →'));
+    } catch (e) {
+      err.show(e.body.field ? `${e.body.field}: ${e.message}` : e.message);
+    }
+  }
+
+  // Live tail: server-sent events from GET /log/tail.
+  let es = null, paused = false, held = [];
+  const liveBody = h('tbody');
+  const liveState = h('span', { class: 'note', id: 'tail-state' }, 'stopped');
+  const tailType = h('select', { id: 'tail-type', 'aria-label': 'Live tail type' },
+    [{ value: '', label: 'All types' }, ...TYPES].map(o => h('option', { value: o.value ?? o }, o.label ?? o)));
+  const startBtn = h('button', { type: 'button', id: 'tail-start' }, 'Start live tail');
+  const pauseBtn = h('button', { type: 'button', id: 'tail-pause', disabled: true, 'aria-pressed': 'false' }, 'Pause');
+  function add(r) {
+    liveBody.prepend(row(r));
+    while (liveBody.children.length > MAX_LIVE) liveBody.lastChild.remove();
+  }
+  function start() {
+    stop();
+    const q = new URLSearchParams();
+    if (tailType.value) q.set('type', tailType.value);
+    if (filters.app.value) q.set('app', filters.app.value);
+    es = new EventSource('/log/tail' + (q.size ? '?' + q : ''));
+    liveState.textContent = 'connecting…';
+    es.addEventListener('ready', () => { liveState.textContent = paused ? 'paused' : 'live'; });
+    es.addEventListener('log', (ev) => {
+      const r = JSON.parse(ev.data);
+      if (paused) { held.push(r); liveState.textContent = `paused, ${held.length} new`; if (held.length > MAX_LIVE) held.shift(); }
+      else add(r);
+    });
+    es.addEventListener('dropped', (ev) => say(`The live tail skipped ${JSON.parse(ev.data).dropped} record(s) it could not deliver in time.`, 'error'));
+    es.onerror = () => {
+      liveState.textContent = es && es.readyState === EventSource.CLOSED ? 'closed (not allowed or signed out)' : 'reconnecting…';
+    };
+    startBtn.textContent = 'Stop live tail';
+    pauseBtn.disabled = false;
+  }
+  function stop() {
+    if (es) es.close();
+    es = null;
+    paused = false; held = [];
+    pauseBtn.textContent = 'Pause'; pauseBtn.setAttribute('aria-pressed', 'false'); pauseBtn.disabled = true;
+    startBtn.textContent = 'Start live tail';
+    liveState.textContent = 'stopped';
+  }
+  startBtn.addEventListener('click', () => (es ? stop() : start()));
+  tailType.addEventListener('change', () => { if (es) start(); });
+  pauseBtn.addEventListener('click', () => {
+    paused = !paused;
+    pauseBtn.textContent = paused ? 'Resume' : 'Pause';
+    pauseBtn.setAttribute('aria-pressed', String(paused));
+    if (!paused) { held.forEach(add); held = []; }
+    liveState.textContent = paused ? 'paused' : 'live';
+  });
+
+  main.append(
+    h('section', { class: 'card', 'aria-labelledby': 'l-title' },
+      h('h1', { id: 'l-title' }, 'Logs'), filters, err, table(tbody, 'Log records'), pager),
+    h('section', { class: 'card', 'aria-labelledby': 'lt-title' },
+      h('h2', { id: 'lt-title' }, 'Live tail'),
+      h('div', { class: 'toolbar' }, tailType, startBtn, pauseBtn, liveState),
+      h('p', { class: 'note' }, 'New records published to the log stream appear here as they arrive (the application selector above applies).'),
+      table(liveBody, 'Live records')),
+    details);
+  load();
+  return stop;
+}

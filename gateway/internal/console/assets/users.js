@@ -1,0 +1,86 @@
+import { api } from './api.js';
+import { h, field, errorBox, say, fmtDate } from './dom.js';
+
+const messages = {
+  email_taken: 'Another account uses that e-mail.',
+  invalid_email: 'Enter a valid e-mail address.',
+  invalid_password: 'The password must be 8 to 1024 characters long.',
+  cannot_demote_self: 'You cannot take the administrator role from yourself.',
+  cannot_delete_self: 'You cannot delete your own account.',
+  user_not_found: 'That user no longer exists.',
+};
+const msg = (e) => messages[e.code] || (e.body.field ? `${e.body.field}: ${e.message}` : e.message);
+
+export function usersPage(main, state) {
+  let page = 1;
+  const limit = 20;
+  const err = errorBox();
+  const tbody = h('tbody');
+  const pager = h('div', { class: 'pager' });
+
+  async function load() {
+    err.show('');
+    try {
+      const r = await api('GET', `/users?page=${page}&limit=${limit}`);
+      tbody.replaceChildren(...r.users.map(u => {
+        const role = h('select', { 'aria-label': 'Role of ' + u.email },
+          ['user', 'admin'].map(v => h('option', { value: v, selected: u.roleName === v }, v)));
+        role.addEventListener('change', async () => {
+          try {
+            await api('PATCH', '/users/' + encodeURIComponent(u.id), { roleName: role.value });
+            say(`${u.email} is now ${role.value}.`);
+          } catch (e) { role.value = u.roleName; err.show(msg(e)); }
+        });
+        const del = h('button', { type: 'button', class: 'small danger', disabled: u.id === state.user.id }, 'Delete');
+        del.addEventListener('click', async () => {
+          if (!confirm(`Delete ${u.email}? Their sessions end at once.`)) return;
+          try { await api('DELETE', '/users/' + encodeURIComponent(u.id)); say(`${u.email} deleted.`); load(); }
+          catch (e) { err.show(msg(e)); }
+        });
+        return h('tr', {}, h('td', {}, u.email), h('td', {}, u.fullName), h('td', {}, u.edv),
+          h('td', {}, u.sector || ''), h('td', {}, role), h('td', {}, fmtDate(u.createdAt)), h('td', {}, del));
+      }));
+      const pages = Math.max(1, Math.ceil(r.total / limit));
+      pager.replaceChildren(
+        h('button', { type: 'button', disabled: page <= 1, onclick: () => { page--; load(); } }, '← Previous'),
+        h('span', {}, `Page ${page} of ${pages} (${r.total} users)`),
+        h('button', { type: 'button', disabled: page >= pages, onclick: () => { page++; load(); } }, 'Next →'));
+    } catch (e) { err.show(msg(e)); }
+  }
+
+  const cerr = errorBox();
+  const form = h('form', { class: 'card', 'aria-labelledby': 'nu-title' },
+    h('h2', { id: 'nu-title' }, 'Create a user'), cerr,
+    h('div', { class: 'grid' },
+      field('E-mail', 'email', { type: 'email', required: true, autocomplete: 'off' }),
+      field('Full name', 'fullName', { required: true }),
+      field('EDV', 'edv', { required: true }),
+      field('Sector (optional)', 'sector', {}),
+      field('Initial password', 'password', { type: 'password', required: true, minlength: 8, autocomplete: 'new-password' }),
+      field('Role', 'roleName', { options: ['user', 'admin'], value: 'user' })),
+    h('button', { type: 'submit' }, 'Create user'));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    cerr.show('');
+    const body = {};
+    for (const k of ['email', 'fullName', 'edv', 'sector', 'password', 'roleName']) {
+      const v = form[k].value.trim();
+      if (v) body[k] = k === 'password' ? form[k].value : v;
+    }
+    try {
+      const r = await api('POST', '/users', body);
+      say(`${r.user.email} created.`);
+      form.reset();
+      load();
+    } catch (e) { cerr.show(msg(e)); }
+  });
+
+  main.append(
+    h('section', { class: 'card', 'aria-labelledby': 'u-title' },
+      h('h1', { id: 'u-title' }, 'Users'), err,
+      h('div', { class: 'scroll' }, h('table', {},
+        h('thead', {}, h('tr', {}, ['E-mail', 'Name', 'EDV', 'Sector', 'Role', 'Created', ''].map(t => h('th', { scope: 'col' }, t)))),
+        tbody)), pager),
+    form);
+  load();
+}

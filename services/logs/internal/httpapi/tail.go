@@ -1,0 +1,141 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/natsingest"
+	"github.com/gofiber/fiber/v2"
+)
+
+// Tailer subscribes viewers to new records (natsingest.Tail).
+type Tailer interface {
+	Follow(ctx context.Context, typ, app string, buf int) (*natsingest.Follower, error)
+}
+
+// TailConfig tunes GET /log/tail.
+type TailConfig struct {
+	Heartbeat time.Duration // comment line sent when idle; also how soon a gone client is noticed
+	Buffer    int           // records held per viewer before dropping
+	MaxOpen   int           // streams open at once on this replica (0 = 100)
+}
+
+// tailState counts open streams.
+type tailState struct{ open atomic.Int64 }
+
+// OpenTails is the number of live-tail streams open on this replica.
+func (a *API) OpenTails() int64 { return a.tails.open.Load() }
+
+// tail: GET /log/tail?type=&app= → text/event-stream of new records as
+// they arrive on the NATS stream (admins only, like every /log route).
+//
+// Events: "ready" once the subscription exists (every record published
+// after it is delivered), "log" per record (id = record id, data = the
+// record JSON of the listings), "dropped" when this viewer fell behind and
+// records were skipped. A comment line every Heartbeat keeps proxies from
+// timing the stream out and detects a client that went away: the write
+// fails and the subscription ends.
+func (a *API) tail(c *fiber.Ctx) error {
+	if a.Tail == nil {
+		return web.Errorf(http.StatusServiceUnavailable, "unavailable", "the live tail is not available")
+	}
+	typ := strings.Clone(c.Query("type"))
+	if typ != "" && !logs.ValidType(typ) {
+		return invalidType(typ)
+	}
+	app := strings.Clone(c.Query("app"))
+	if app != "" {
+		found, err := a.Apps.Lookup(app)
+		if err != nil {
+			return a.checkError(err, app, typ, http.StatusBadRequest)
+		}
+		app = found.Name
+	}
+	if c.Method() == http.MethodHead { // headers only: no subscription
+		c.Set("Content-Type", "text/event-stream; charset=utf-8")
+		c.Set("Cache-Control", "no-cache, no-store")
+		return c.SendStatus(http.StatusOK)
+	}
+	maxOpen := int64(a.TailConfig.MaxOpen)
+	if maxOpen <= 0 {
+		maxOpen = 100
+	}
+	if a.tails.open.Add(1) > maxOpen {
+		a.tails.open.Add(-1)
+		c.Set("Retry-After", "5")
+		return web.Errorf(http.StatusServiceUnavailable, "busy", "too many live tails are open, try again shortly")
+	}
+	stop := a.Stop
+	if stop == nil {
+		stop = context.Background()
+	}
+	ctx, cancel := context.WithCancel(stop)
+	buf := a.TailConfig.Buffer
+	if buf <= 0 {
+		buf = 256
+	}
+	f, err := a.Tail.Follow(ctx, typ, app, buf)
+	if err != nil {
+		cancel()
+		a.tails.open.Add(-1)
+		return fmt.Errorf("%w: %v", web.ErrUnavailable, err)
+	}
+	hb := a.TailConfig.Heartbeat
+	if hb <= 0 {
+		hb = 15 * time.Second
+	}
+	serverDone := c.Context().Done() // closed when the server shuts down
+	c.Set("Content-Type", "text/event-stream; charset=utf-8")
+	c.Set("Cache-Control", "no-cache, no-store")
+	c.Set("X-Accel-Buffering", "no") // tell buffering proxies to pass it through
+	c.Set("X-Content-Type-Options", "nosniff")
+	c.Status(http.StatusOK)
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer a.tails.open.Add(-1)
+		defer cancel()
+		defer f.Stop()
+		send := func(s string) bool {
+			if _, err := w.WriteString(s); err != nil {
+				return false
+			}
+			return w.Flush() == nil
+		}
+		if !send("retry: 2000\nevent: ready\ndata: {}\n\n") {
+			return
+		}
+		t := time.NewTicker(hb)
+		defer t.Stop()
+		var dropped uint64
+		for {
+			select {
+			case rec := <-f.C:
+				b, _ := json.Marshal(toRecordJSON(rec))
+				if !send("id: " + rec.ID + "\nevent: log\ndata: " + string(b) + "\n\n") {
+					return
+				}
+			case <-t.C:
+				msg := ": keep-alive\n\n"
+				if d := f.Dropped(); d != dropped {
+					dropped = d
+					msg = fmt.Sprintf("event: dropped\ndata: {\"dropped\":%d}\n\n", d)
+				}
+				if !send(msg) {
+					return // the client went away
+				}
+			case <-ctx.Done():
+				return
+			case <-serverDone:
+				return
+			}
+		}
+	})
+	return nil
+}

@@ -1,0 +1,89 @@
+package natsingest
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Tail follows the log stream for live viewers: each follower gets its own
+// ordered (ephemeral, unacknowledged) JetStream consumer that starts at the
+// next message (DeliverNew), so a viewer sees records as they are published,
+// independently of the durable writer, and costs the writer nothing.
+// Messages the writer would dead-letter are skipped.
+type Tail struct {
+	JS        jetstream.JetStream
+	Config    Config
+	Validator logs.Validator
+	// Inactive is how long the server keeps a follower's consumer after
+	// its follower stopped (pull requests end; no delete permission is
+	// needed, see deploy/nats.conf); default 5s.
+	Inactive time.Duration
+}
+
+// Follower is one viewer's subscription.
+type Follower struct {
+	C       <-chan logs.Record // new records, in stream order
+	dropped atomic.Uint64
+	cc      jetstream.ConsumeContext
+}
+
+// Dropped is how many records were skipped because the viewer fell behind.
+func (f *Follower) Dropped() uint64 { return f.dropped.Load() }
+
+// Stop ends the subscription (idempotent).
+func (f *Follower) Stop() { f.cc.Stop() }
+
+// Follow subscribes to new records of type typ and app ("" = any), with a
+// buffer of buf records; a slower viewer loses records (counted) rather
+// than slowing anything down. It returns once the consumer exists on the
+// server: every record published after that is delivered.
+func (t *Tail) Follow(ctx context.Context, typ, app string, buf int) (*Follower, error) {
+	filter := t.Config.Prefix + ".logs." + orAny(app) + "." + orAny(typ)
+	inactive := t.Inactive
+	if inactive <= 0 {
+		inactive = 5 * time.Second
+	}
+	cons, err := t.JS.OrderedConsumer(ctx, StreamName(t.Config.Prefix), jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{filter},
+		DeliverPolicy:     jetstream.DeliverNewPolicy,
+		InactiveThreshold: inactive,
+		// no NamePrefix: the default (a NUID) is unique per follower and
+		// replica; a fixed one would make followers share one consumer.
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tail consumer: %w", err)
+	}
+	ch := make(chan logs.Record, max(buf, 1))
+	f := &Follower{C: ch}
+	parser := &Ingestor{Config: t.Config, Validator: t.Validator}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		p := parser.parse(m)
+		if p.dead != nil {
+			return // the writer dead-letters it; admins see it under /log/dead
+		}
+		rec := p.record
+		rec.ID = logs.RecordID(rec.MsgID) // the id the stored record has
+		select {
+		case ch <- rec:
+		default:
+			f.dropped.Add(1)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tail consume: %w", err)
+	}
+	f.cc = cc
+	return f, nil
+}
+
+func orAny(s string) string {
+	if s == "" {
+		return "*"
+	}
+	return s
+}
