@@ -80,14 +80,17 @@ func queryKey(q logs.Query) string {
 // chain from there.
 func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 	key := queryKey(q)
-	head, err := s.head(ctx, key)
-	if err != nil || head == nil {
-		return []logs.Record{}, err
-	}
 	// start: the chunk and the index in it of the newest record to look at.
-	var start *chunkDoc
+	var start, head *chunkDoc
 	var idx int
+	var err error
 	filtered := q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero()
+	if q.BeforeID == "" {
+		// A cursor page needs no head: it starts at the cursor's chunk.
+		if head, err = s.head(ctx, key); err != nil || head == nil {
+			return []logs.Record{}, err
+		}
+	}
 	switch {
 	case q.BeforeID != "":
 		c, i, err := s.locate(ctx, q, key)
