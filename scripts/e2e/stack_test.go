@@ -15,10 +15,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,10 +159,8 @@ func errorLines(out, label string) []string {
 	return errs
 }
 
-var ingestedMetric = regexp.MustCompile(`(?m)^\w+_logs_ingested_total (\S+)$`)
-
-// ingested reads a logs replica's ingested-records counter.
-func ingested(t *testing.T, proc *stack.Proc) int {
+// logsMetric reads one of a logs replica's own metrics (<ns>_logs_<name>).
+func logsMetric(t *testing.T, proc *stack.Proc, name string) int {
 	t.Helper()
 	resp, err := http.Get("http://" + proc.Addr + "/metrics")
 	if err != nil {
@@ -168,13 +168,16 @@ func ingested(t *testing.T, proc *stack.Proc) int {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	m := ingestedMetric.FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^\w+_logs_` + name + ` (\S+)$`).FindSubmatch(b)
 	if m == nil {
-		t.Fatalf("%s: no logs_ingested_total in /metrics", proc.Name)
+		t.Fatalf("%s: no logs_%s in /metrics", proc.Name, name)
 	}
 	f, _ := strconv.ParseFloat(string(m[1]), 64)
 	return int(f)
 }
+
+// ingested reads a logs replica's ingested-records counter.
+func ingested(t *testing.T, proc *stack.Proc) int { return logsMetric(t, proc, "ingested_total") }
 
 func newLogClient(t *testing.T, prefix string) *logclient.Client {
 	t.Helper()
@@ -202,7 +205,8 @@ func servicesOf(t *testing.T, p *stack.Platform) stack.Servers {
 // TestStack runs two gateways and two replicas of auth, files and logs.
 func TestStack(t *testing.T) {
 	start := time.Now()
-	p, sec, out := platformWith(t, map[string]string{"LOGS_ACK_WAIT": "2s"}, stack.Options{Gateways: 2, Replicas: 2})
+	p, sec, out := platformWith(t, map[string]string{"LOGS_ACK_WAIT": "2s", "LOGS_METRICS_INTERVAL": "250ms"},
+		stack.Options{Gateways: 2, Replicas: 2})
 	t.Logf("platform of %d processes started in %s", len(p.Replicas["auth"])+len(p.Replicas["files"])+len(p.Replicas["logs"])+len(p.Replicas["gateway"]), time.Since(start).Round(time.Millisecond))
 	for _, name := range stack.Services {
 		if len(p.Replicas[name]) != 2 {
@@ -430,7 +434,7 @@ func TestStack(t *testing.T) {
 	// is redelivered to it), every record is stored once; after the killed
 	// replica is back, both serve exactly the same set.
 	t.Run("logs with a replica killed", func(t *testing.T) {
-		const n, firstPart = 1000, 300
+		const n, firstPart = 600, 200
 		lc := newLogClient(t, servers.SubjectPrefix)
 		byApp := "/log/db/1/SERVER-APP-C?limit=500&metricsId=stack-kill"
 		byType := "/log/db/1?limit=500&metricsId=stack-kill"
@@ -438,19 +442,25 @@ func TestStack(t *testing.T) {
 		adminClaims := identity.Claims{Role: identity.RoleAdmin, RegisteredClaims: subjectClaims("stack-admin")}
 		d2 := directTo(t, sec, l2, "logs", adminClaims)
 		before1, before2 := ingested(t, l1), ingested(t, l2)
+		// Published at a steady pace; if the kill has not come by record
+		// firstPart (a slow machine), publishing waits for it, so records are
+		// published before and after the kill in any case.
 		resume := make(chan struct{})
 		var refused int
+		var published atomic.Int64
 		var wg sync.WaitGroup
+		t0 := time.Now()
 		wg.Go(func() {
 			for i := range n {
 				if i == firstPart {
-					<-resume // the rest is published after the kill
+					<-resume
 				}
 				if !lc.Log("SERVER-APP-C", logclient.TypeDB, fmt.Sprintf("record %d", i), "stack-kill") {
 					refused++
 				}
-				if i%20 == 19 {
-					time.Sleep(5 * time.Millisecond)
+				published.Add(1)
+				if i%10 == 9 {
+					time.Sleep(20 * time.Millisecond)
 				}
 			}
 		})
@@ -462,12 +472,13 @@ func TestStack(t *testing.T) {
 				close(resume)
 				t.Fatalf("both replicas did not ingest within 2 min: %d, %d", ingested(t, l1)-before1, ingested(t, l2)-before2)
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 		}
-		stored := countAll(t, viaReplica(d2), byApp)
 		l1.Kill()
 		killedAt := time.Now()
+		atKill := published.Load()
 		close(resume)
+		stored := countAll(t, viaReplica(d2), byApp)
 		wg.Wait()
 		if refused > 0 {
 			t.Fatalf("logclient refused %d records", refused)
@@ -477,15 +488,30 @@ func TestStack(t *testing.T) {
 		if err := lc.Flush(fctx); err != nil {
 			t.Fatalf("flush: %v", err)
 		}
-		t.Logf("logs-1 killed with %d of %d stored", stored, n)
-		// The survivor stores everything.
-		deadline = time.Now().Add(3 * time.Minute)
-		for countAll(t, viaReplica(d2), byApp) < n || countAll(t, viaReplica(d2), byType) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d stored by the surviving replica after 3 min", countAll(t, viaReplica(d2), byApp), n)
-			}
-			time.Sleep(200 * time.Millisecond)
+		t.Logf("logs-1 killed %s after the first record, with %d of %d published (%d stored just after)",
+			killedAt.Sub(t0).Round(time.Millisecond), atKill, n, stored)
+		if atKill >= n {
+			t.Fatal("everything was published before the kill; the check proves nothing")
 		}
+		// The survivor stores everything. Wait on its consumer metrics (no
+		// load on the database: under the race detector a listing costs the
+		// in-process FerretDB seconds, and polling hard slows the ingestion
+		// it waits for), then count.
+		flushed := time.Now()
+		deadline = time.Now().Add(4 * time.Minute)
+		for time.Since(flushed) < 2*time.Second || logsMetric(t, l2, "consumer_pending") > 0 || logsMetric(t, l2, "consumer_ack_pending") > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("consumer not drained 4 min after the kill: %d pending, %d ack pending", logsMetric(t, l2, "consumer_pending"), logsMetric(t, l2, "consumer_ack_pending"))
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		for countAll(t, viaReplica(d2), byApp) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d stored by the surviving replica after 4 min", countAll(t, viaReplica(d2), byApp), n)
+			}
+			time.Sleep(time.Second)
+		}
+		t.Logf("all %d stored by logs-2 %s after the kill", n, time.Since(killedAt).Round(time.Millisecond))
 		// Let any redelivery (LOGS_ACK_WAIT 2s) of the killed replica's batch arrive.
 		if d := 5*time.Second - time.Since(killedAt); d > 0 {
 			time.Sleep(d)
@@ -516,9 +542,15 @@ func TestStack(t *testing.T) {
 // records go, new ones all stay, counts are exact, neither replica logs an
 // error.
 func TestStackRetentionOnTwoReplicas(t *testing.T) {
-	const retention = 10 * time.Second
+	// Long enough that, under the race detector on a busy machine, the old
+	// records are all stored and counted before they expire, and the new
+	// ones counted before theirs (the window is retention/2).
+	retention := 20 * time.Second
+	if raceBuilt() {
+		retention = 40 * time.Second
+	}
 	p, sec, out := platformWith(t, map[string]string{
-		"LOGS_RETENTION": retention.String(), "LOGS_RETENTION_INTERVAL": "300ms",
+		"LOGS_RETENTION": retention.String(), "LOGS_RETENTION_INTERVAL": "1s",
 	}, stack.Options{Replicas: 2, Bins: map[string]string{"logs": ""}})
 	servers := servicesOf(t, p)
 	lc := newLogClient(t, servers.SubjectPrefix)
@@ -558,14 +590,20 @@ func TestStackRetentionOnTwoReplicas(t *testing.T) {
 		}
 		return true
 	}
+	// waitFor polls one listing gently until it shows want, then checks all
+	// four (both replicas, both listings).
 	waitFor := func(metricsID string, want int, within time.Duration) []int {
 		deadline := time.Now().Add(within)
 		for {
-			cs := counts(metricsID)
-			if all(cs, want) || time.Now().After(deadline) {
-				return cs
+			if countAll(t, viaReplica(d1), paths(metricsID)[0]) == want {
+				if cs := counts(metricsID); all(cs, want) {
+					return cs
+				}
 			}
-			time.Sleep(100 * time.Millisecond)
+			if time.Now().After(deadline) {
+				return counts(metricsID)
+			}
+			time.Sleep(300 * time.Millisecond)
 		}
 	}
 
@@ -583,15 +621,22 @@ func TestStackRetentionOnTwoReplicas(t *testing.T) {
 	// The old records are past the retention from oldStored+retention on;
 	// the new ones stay until newFrom+retention. Between the two, the old
 	// are gone and the new all there, on both replicas, in both listings.
-	if cs := waitFor("ret-old", 0, time.Until(newFrom.Add(retention))); !all(cs, 0) {
-		t.Fatalf("old records still listed %v %s after they passed the retention", cs, time.Since(oldStored.Add(retention)).Round(time.Millisecond))
+	deadline := newFrom.Add(retention)
+	for countAll(t, viaReplica(d1), paths("ret-old")[0]) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("old records still listed %s after they passed the retention", time.Since(oldStored.Add(retention)).Round(time.Millisecond))
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 	cs := counts("ret-new")
-	if time.Now().After(newFrom.Add(retention)) {
-		t.Fatalf("the check of the new records came too late (%s after they may expire); the machine is too slow for this window", time.Since(newFrom.Add(retention)))
+	if time.Now().After(deadline) {
+		t.Fatalf("the check of the new records came too late (%s after they may expire); the machine is too slow for this window", time.Since(deadline))
 	}
 	if !all(cs, n) {
 		t.Fatalf("new records after the sweeps: listed %v, want %d each", cs, n)
+	}
+	if cs := counts("ret-old"); !all(cs, 0) {
+		t.Fatalf("old records after the sweeps: listed %v, want none", cs)
 	}
 	swept := 0
 	for _, label := range []string{"logs-1", "logs-2"} {
@@ -610,3 +655,7 @@ func TestStackRetentionOnTwoReplicas(t *testing.T) {
 }
 
 func subjectClaims(sub string) jwt.RegisteredClaims { return jwt.RegisteredClaims{Subject: sub} }
+
+// raceBuilt reports whether the services run with the race detector (much
+// slower, and so is the test kit's in-process FerretDB under go test -race).
+func raceBuilt() bool { return os.Getenv("E2E_RACE") == "1" }
