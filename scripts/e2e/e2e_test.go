@@ -43,6 +43,14 @@ func TestMain(m *testing.M) {
 // platform starts the whole platform for one test.
 func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secrets, *syncBuffer) {
 	t.Helper()
+	return platformWith(t, env, stack.Options{})
+}
+
+// platformWith is platform with launch options (o.Env and o.Out are set
+// here): replicas, gateways, or a subset of the services, named by the keys
+// of o.Bins (the values are filled in with the built binaries).
+func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.Platform, stack.Secrets, *syncBuffer) {
+	t.Helper()
 	buildOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
@@ -65,7 +73,17 @@ func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secre
 		MongoURL: s.MongoURL, MongoDB: s.Database(t), NATSURL: s.NATSURL, SubjectPrefix: s.SubjectPrefix(t),
 		S3Endpoint: s.S3Endpoint, S3Access: s.S3Access, S3Secret: s.S3Secret, S3Bucket: s.Bucket(t),
 	}
-	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Env: env, Out: logs}, servers, sec)
+	o.Env, o.Out, o.GatewayAddr = env, logs, "127.0.0.1:0"
+	if o.Bins == nil {
+		o.Bins = bins
+	} else {
+		subset := map[string]string{}
+		for name := range o.Bins {
+			subset[name] = bins[name]
+		}
+		o.Bins = subset
+	}
+	p, err := stack.Launch(o, servers, sec)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, logs.String())
 	}

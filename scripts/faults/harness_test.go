@@ -236,7 +236,7 @@ func launch(t *testing.T, extra map[string]string) *env {
 // address and environment).
 func (e *env) restart(name string) *stack.Proc {
 	e.t.Helper()
-	p, err := e.p.Restart(name, bins)
+	p, err := e.p.Restart(e.p.Procs[name])
 	if err != nil {
 		e.t.Fatalf("restart %s: %v", name, err)
 	}

@@ -1,9 +1,11 @@
 package stack
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acme/platform/pkg/embedded"
@@ -50,50 +52,86 @@ func NewSecrets(adminEmail, adminPassword string) (Secrets, error) {
 // Options for Launch.
 type Options struct {
 	Bins        map[string]string
-	GatewayAddr string            // e.g. 127.0.0.1:8080
+	GatewayAddr string            // the first gateway's address, e.g. 127.0.0.1:8080
 	Env         map[string]string // extra variables for every service
 	Out         io.Writer
+	// Gateways is how many gateway processes to start (0 means 1) and
+	// Replicas how many processes of each of auth, files and logs (0 means
+	// 1), each on its own port. Every gateway gets the comma-separated list
+	// of every replica of each service, as GATEWAY_AUTH_URL etc. The
+	// replicas of one service start at the same time (as `docker compose up
+	// --scale` starts them), so their start-up (the administrator and App
+	// records seeded on an empty database) runs concurrently.
+	Gateways, Replicas int
 }
 
-// Platform is the four running services.
+// Platform is the running services.
 type Platform struct {
-	Procs      map[string]*Proc
-	GatewayURL string
+	// Procs holds the first process of each service (the only one with one
+	// replica each), by service name.
+	Procs map[string]*Proc
+	// Replicas holds every process of each service, gateways included, in
+	// order; with more than one, their output lines are prefixed
+	// "auth-1", "auth-2", ....
+	Replicas   map[string][]*Proc
+	GatewayURL string // the first gateway
+	// GatewayURLs are every gateway's base URL, in order.
+	GatewayURLs []string
 	// MetricsURLs are the /metrics endpoints by service name (the gateway's
-	// on its own listener, the services' on their ports).
+	// on its own listener, the services' on their ports), of the first
+	// process of each.
 	MetricsURLs map[string]string
 	order       []*Proc
-	envs        map[string][]string
+	mu          sync.Mutex
+	starts      map[*Proc]started // how each process was started, for Restart
 	out         io.Writer
 }
 
-// Launch starts auth, files, logs, then the gateway, each on its own port.
+type started struct {
+	name, label, bin string
+	env              []string
+	index            int
+}
+
+// Launch starts auth, files, logs, then the gateways, each process on its
+// own port.
 func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
-	p := &Platform{Procs: map[string]*Proc{}, envs: map[string][]string{}, out: o.Out}
-	addrs := map[string]string{}
+	gateways, replicas := max(o.Gateways, 1), max(o.Replicas, 1)
+	p := &Platform{Procs: map[string]*Proc{}, Replicas: map[string][]*Proc{}, starts: map[*Proc]started{}, out: o.Out}
+	count := map[string]int{"auth": replicas, "files": replicas, "logs": replicas, "gateway": gateways}
+	addrs := map[string][]string{}
 	for _, name := range Services {
-		if name == "gateway" && o.GatewayAddr != "" && !strings.HasSuffix(o.GatewayAddr, ":0") {
-			addrs[name] = o.GatewayAddr
+		for i := range count[name] {
+			if name == "gateway" && i == 0 && o.GatewayAddr != "" && !strings.HasSuffix(o.GatewayAddr, ":0") {
+				addrs[name] = append(addrs[name], o.GatewayAddr)
+				continue
+			}
+			a, err := embedded.FreeAddr()
+			if err != nil {
+				return nil, err
+			}
+			addrs[name] = append(addrs[name], a)
+		}
+	}
+	for _, a := range addrs["gateway"] {
+		p.GatewayURLs = append(p.GatewayURLs, "http://"+a)
+	}
+	p.GatewayURL = p.GatewayURLs[0]
+	var metricsAddrs []string
+	for i := range gateways {
+		if a := o.Env["GATEWAY_METRICS_ADDR"]; a != "" && i == 0 {
+			metricsAddrs = append(metricsAddrs, a)
 			continue
 		}
-		a, err := embedded.FreeAddr()
-		if err != nil {
-			return nil, err
-		}
-		addrs[name] = a
-	}
-	p.GatewayURL = "http://" + addrs["gateway"]
-	metricsAddr := o.Env["GATEWAY_METRICS_ADDR"]
-	if metricsAddr == "" {
 		a, err := embedded.FreeAddr() // not 9090: several platforms may run at once (tests)
 		if err != nil {
 			return nil, err
 		}
-		metricsAddr = a
+		metricsAddrs = append(metricsAddrs, a)
 	}
-	p.MetricsURLs = map[string]string{"gateway": "http://" + metricsAddr + "/metrics"}
+	p.MetricsURLs = map[string]string{"gateway": "http://" + metricsAddrs[0] + "/metrics"}
 	for _, name := range []string{"auth", "files", "logs"} {
-		p.MetricsURLs[name] = "http://" + addrs[name] + "/metrics"
+		p.MetricsURLs[name] = "http://" + addrs[name][0] + "/metrics"
 	}
 	common := []string{
 		"MONGO_URL=" + s.MongoURL, "MONGO_DB=" + s.MongoDB,
@@ -102,63 +140,111 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 		"SERVICE_CREDENTIAL=" + sec.ServiceCredential,
 	}
 	for k, v := range o.Env {
+		if k == "GATEWAY_METRICS_ADDR" {
+			continue // per gateway, below
+		}
 		common = append(common, k+"="+v)
 	}
-	env := map[string][]string{
-		"auth": {"AUTH_ADDR=" + addrs["auth"], "ADMIN_EMAIL=" + sec.AdminEmail, "ADMIN_PASSWORD=" + sec.AdminPassword},
-		"files": {"FILES_ADDR=" + addrs["files"], "S3_ENDPOINT=" + s.S3Endpoint, "S3_ACCESS_KEY=" + s.S3Access,
-			"S3_SECRET_KEY=" + s.S3Secret, "S3_BUCKET=" + s.S3Bucket, "FILES_PUBLIC_BASE_URL=" + p.GatewayURL},
-		"logs": {"LOGS_ADDR=" + addrs["logs"]},
-		"gateway": {"GATEWAY_ADDR=" + addrs["gateway"], "GATEWAY_IDENTITY_PRIVATE_KEY=" + sec.IdentityPrivatePEM,
-			"GATEWAY_AUTH_URL=http://" + addrs["auth"], "GATEWAY_FILES_URL=http://" + addrs["files"],
-			"GATEWAY_LOGS_URL=http://" + addrs["logs"], "GATEWAY_METRICS_ADDR=" + metricsAddr},
+	urls := func(name string) string {
+		var l []string
+		for _, a := range addrs[name] {
+			l = append(l, "http://"+a)
+		}
+		return strings.Join(l, ",")
+	}
+	env := func(name string, i int) []string {
+		a := addrs[name][i]
+		switch name {
+		case "auth":
+			return []string{"AUTH_ADDR=" + a, "ADMIN_EMAIL=" + sec.AdminEmail, "ADMIN_PASSWORD=" + sec.AdminPassword}
+		case "files":
+			return []string{"FILES_ADDR=" + a, "S3_ENDPOINT=" + s.S3Endpoint, "S3_ACCESS_KEY=" + s.S3Access,
+				"S3_SECRET_KEY=" + s.S3Secret, "S3_BUCKET=" + s.S3Bucket, "FILES_PUBLIC_BASE_URL=" + p.GatewayURL}
+		case "logs":
+			return []string{"LOGS_ADDR=" + a}
+		default:
+			return []string{"GATEWAY_ADDR=" + a, "GATEWAY_IDENTITY_PRIVATE_KEY=" + sec.IdentityPrivatePEM,
+				"GATEWAY_AUTH_URL=" + urls("auth"), "GATEWAY_FILES_URL=" + urls("files"),
+				"GATEWAY_LOGS_URL=" + urls("logs"), "GATEWAY_METRICS_ADDR=" + metricsAddrs[i]}
+		}
 	}
 	for _, name := range Services {
 		bin, ok := o.Bins[name]
 		if !ok {
 			continue
 		}
-		p.envs[name] = append(append([]string{}, common...), env[name]...)
-		proc, err := Start(name, bin, addrs[name], p.envs[name], o.Out)
-		if err != nil {
+		n := count[name]
+		procs := make([]*Proc, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			label := name
+			if n > 1 {
+				label = fmt.Sprintf("%s-%d", name, i+1)
+			}
+			st := started{name: name, label: label, bin: bin, index: i,
+				env: append(append([]string{}, common...), env(name, i)...)}
+			wg.Go(func() {
+				procs[i], errs[i] = Start(label, bin, addrs[name][i], st.env, o.Out)
+				if errs[i] == nil {
+					p.mu.Lock()
+					p.starts[procs[i]] = st
+					p.mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for i := range n {
+			if procs[i] != nil {
+				p.Replicas[name] = append(p.Replicas[name], procs[i])
+				p.order = append(p.order, procs[i])
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
 			p.Stop(5 * time.Second)
 			return nil, err
 		}
-		p.Procs[name] = proc
-		p.order = append(p.order, proc)
+		p.Procs[name] = procs[0]
 	}
 	return p, nil
 }
 
-// Stop stops the gateway first, then the services.
-func (p *Platform) Stop(grace time.Duration) {
-	for i := len(p.order) - 1; i >= 0; i-- {
-		p.order[i].Stop(grace)
-	}
-}
-
-// Restart starts service name again from bins, on the same address with the
-// same environment, in place of its process (which must have ended: Stop or
-// Kill it first), and waits until it is healthy.
-func (p *Platform) Restart(name string, bins map[string]string) (*Proc, error) {
-	old, ok := p.Procs[name]
+// Restart starts a new process in place of proc (one of the platform's,
+// running or not): same binary, address and environment. The new process
+// takes proc's place in Procs, Replicas and the stop order.
+func (p *Platform) Restart(proc *Proc) (*Proc, error) {
+	p.mu.Lock()
+	st, ok := p.starts[proc]
+	p.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("restart: no %s process", name)
+		return nil, fmt.Errorf("%s: not started by this platform", proc.Name)
 	}
-	select {
-	case <-old.Exited():
-	default:
-		return nil, fmt.Errorf("restart: %s is still running", name)
-	}
-	proc, err := Start(name, bins[name], old.Addr, p.envs[name], p.out)
+	np, err := Start(st.label, st.bin, proc.Addr, st.env, p.out)
 	if err != nil {
 		return nil, err
 	}
-	p.Procs[name] = proc
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.starts[np] = st
+	delete(p.starts, proc)
+	p.Replicas[st.name][st.index] = np
+	if st.index == 0 {
+		p.Procs[st.name] = np
+	}
 	for i, q := range p.order {
-		if q == old {
-			p.order[i] = proc
+		if q == proc {
+			p.order[i] = np
 		}
 	}
-	return proc, nil
+	return np, nil
+}
+
+// Stop stops the gateways first, then the services.
+func (p *Platform) Stop(grace time.Duration) {
+	p.mu.Lock()
+	order := append([]*Proc{}, p.order...)
+	p.mu.Unlock()
+	for i := len(order) - 1; i >= 0; i-- {
+		order[i].Stop(grace)
+	}
 }

@@ -161,17 +161,16 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	defer closeSelfLog() // idempotent; called in order below on a normal stop
 	// Lines logged with a request's context carry its id.
 	log = web.WithRequestIDs(log)
-	subject := cfg.SubjectPrefix + ".auth.revoked"
-	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		var rev sessions.Revocation
-		if err := json.Unmarshal(m.Data, &rev); err != nil {
-			log.Warn("bad revocation message", "err", err)
-			return
-		}
-		resolver.Apply(rev)
-	}); err != nil {
+	// Revocations are applied as they arrive, and a cached session is only
+	// served after a NATS round trip proves every revocation published
+	// before the request has been applied (see sessions.Revocations): a
+	// sign-out through any gateway replica is refused by all of them at once.
+	revocations, err := sessions.NewRevocations(nc, cfg.SubjectPrefix+".auth.revoked", resolver, log)
+	if err != nil {
 		return fmt.Errorf("nats subscribe: %w", err)
 	}
+	defer revocations.Close()
+	resolver.SetFence(revocations.Sync)
 
 	// Server-sent-event streams end as shutdown begins (see below).
 	streams, stopStreams := context.WithCancel(context.Background())

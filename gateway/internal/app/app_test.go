@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/nats-io/nats.go"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -28,6 +30,7 @@ const (
 type fakeAuth struct {
 	calls   atomic.Int64
 	revoked sync.Map // session ids that now answer 401
+	extra   sync.Map // more valid session ids → user id
 }
 
 func (f *fakeAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,6 +46,10 @@ func (f *fakeAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if _, gone := f.revoked.Load(b.SessionID); gone {
 			w.WriteHeader(401)
 			io.WriteString(w, `{"code":"invalid_session"}`)
+			return
+		}
+		if uid, ok := f.extra.Load(b.SessionID); ok {
+			io.WriteString(w, `{"message":"ok","user":{"id":"`+uid.(string)+`","roleName":"user"},"session":{"id":"x"}}`)
 			return
 		}
 		switch b.SessionID {
@@ -258,6 +265,76 @@ func TestSessionCacheAndRevocationOverNATS(t *testing.T) {
 			t.Fatal("user revocation ignored")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A revocation that auth published and flushed before a request was sent is
+// applied before that request is served from the cache: no waiting, for
+// many sessions in a row (what lets a sign-out through one gateway replica
+// be refused by another at once). The sessions are cached first, so a
+// stale cache would answer 200.
+func TestRevocationAppliedBeforeTheNextRequest(t *testing.T) {
+	g := startGateway(t, nil)
+	s := testkit.Get(t)
+	nc, err := nats.Connect(s.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const n = 200
+	cookies := make([]string, n)
+	for i := range cookies {
+		cookies[i] = fmt.Sprintf("%043d", i)
+		g.auth.extra.Store(cookies[i], fmt.Sprintf("u%d", i))
+		if status, _ := do(t, "GET", g.url+"/files", cookies[i], "", nil); status != 200 {
+			t.Fatalf("session %d: %d", i, status)
+		}
+	}
+	before := g.auth.calls.Load()
+	for i, c := range cookies { // still cached: no call to auth
+		if status, _ := do(t, "GET", g.url+"/files", c, "", nil); status != 200 {
+			t.Fatalf("session %d: %d", i, status)
+		}
+	}
+	if calls := g.auth.calls.Load() - before; calls != 0 {
+		t.Fatalf("%d calls to auth for cached sessions", calls)
+	}
+	for i, c := range cookies {
+		g.auth.revoked.Store(c, true)
+		// As auth does: publish, flush, then answer the sign-out.
+		var msg []byte
+		if i%2 == 0 {
+			msg, _ = json.Marshal(map[string]any{"sessions": []string{sha256hex(c)}})
+		} else {
+			msg, _ = json.Marshal(map[string]any{"users": []string{fmt.Sprintf("u%d", i)}})
+		}
+		if err := nc.Publish(g.env["NATS_SUBJECT_PREFIX"]+".auth.revoked", msg); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if status, _ := do(t, "GET", g.url+"/files", c, "", nil); status != 401 {
+			t.Fatalf("session %d revoked and flushed, next request: %d, want 401", i, status)
+		}
+	}
+}
+
+// With NATS unreachable the gateway cannot know it has every revocation, so
+// it asks auth for every request instead of trusting its cache.
+func TestCacheNotTrustedWithoutNATS(t *testing.T) {
+	g := startGateway(t, map[string]string{"NATS_URL": "nats://127.0.0.1:1"})
+	for range 3 {
+		if status, _ := do(t, "GET", g.url+"/files", userCookie, "", nil); status != 200 {
+			t.Fatalf("status %d", status)
+		}
+	}
+	if n := g.auth.calls.Load(); n != 3 {
+		t.Fatalf("auth asked %d times for 3 requests without NATS, want 3", n)
+	}
+	g.auth.revoked.Store(userCookie, true)
+	if status, _ := do(t, "GET", g.url+"/files", userCookie, "", nil); status != 401 {
+		t.Fatalf("revoked session with NATS away: %d, want 401", status)
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package sessions resolves a session cookie to the identity behind it by
 // asking auth's GET /ms/me, and caches answers briefly. Revocations arrive
-// from auth over NATS and evict at once, so a session ended through any
-// gateway replica is refused by every replica.
+// from auth over NATS and evict at once; with a fence (Revocations.Sync) a
+// cached answer is only served after every revocation published before the
+// request has been applied, so a session ended through any gateway replica
+// is refused by every replica from the very next request.
 package sessions
 
 import (
@@ -67,9 +69,14 @@ type Resolver struct {
 	ttl        time.Duration
 	group      singleflight.Group
 
+	// fence, when set, must succeed before a cached answer is served
+	// (Revocations.Sync).
+	fence func(context.Context) error
+
 	mu     sync.RWMutex
 	byHash map[string]Identity
 	gen    map[string]uint64 // per-hash generation, bumped on eviction
+	epoch  uint64            // bumped by every user revocation and Clear
 }
 
 // NewResolver returns a Resolver caching answers for ttl (0 disables).
@@ -78,25 +85,36 @@ func NewResolver(auth Upstream, credential string, client *http.Client, ttl time
 		byHash: map[string]Identity{}, gen: map[string]uint64{}}
 }
 
+// SetFence makes Resolve call fence before it serves a cached answer; when
+// the fence fails, Resolve asks auth instead. Set it before serving.
+func (r *Resolver) SetFence(fence func(context.Context) error) { r.fence = fence }
+
 // Resolve returns the identity of sessionID.
 func (r *Resolver) Resolve(ctx context.Context, sessionID string) (Identity, error) {
 	if !WellFormed(sessionID) {
 		return Identity{}, ErrInvalid
 	}
 	h := Hash(sessionID)
+	// The fence first: revocations that happened before this request are
+	// applied before the cache and the generations are read.
+	trusted := r.ttl > 0 && (r.fence == nil || r.fence(ctx) == nil)
 	r.mu.RLock()
 	id, ok := r.byHash[h]
-	gen := r.gen[h]
+	gen, epoch := r.gen[h], r.epoch
 	r.mu.RUnlock()
-	if ok && time.Now().Before(id.expires) {
+	if ok && trusted && time.Now().Before(id.expires) {
 		return id, nil
 	}
-	v, err, _ := r.group.Do(h, func() (any, error) {
+	// Concurrent lookups of one session share one call to auth, but only
+	// lookups of the same generation: a request that arrives after a
+	// revocation never joins a call that started before it.
+	key := fmt.Sprintf("%s/%d/%d", h, gen, epoch)
+	v, err, _ := r.group.Do(key, func() (any, error) {
 		id, err := r.ask(ctx, sessionID)
 		if err == nil && r.ttl > 0 {
 			id.expires = time.Now().Add(r.ttl)
 			r.mu.Lock()
-			if r.gen[h] == gen { // not revoked while we asked
+			if r.gen[h] == gen && r.epoch == epoch { // not revoked while we asked
 				r.byHash[h] = id
 			}
 			r.mu.Unlock()
@@ -177,6 +195,7 @@ func (r *Resolver) EvictUsers(userIDs ...string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.epoch++ // lookups in flight may be of these users
 	for h, id := range r.byHash {
 		if set[id.UserID] {
 			delete(r.byHash, h)
@@ -186,11 +205,21 @@ func (r *Resolver) EvictUsers(userIDs ...string) {
 	r.trimGenerations()
 }
 
+// Clear drops every cached session (revocations may have been missed).
+func (r *Resolver) Clear() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byHash = map[string]Identity{}
+	r.epoch++
+}
+
 // trimGenerations keeps the generation map from growing without bound; a
-// generation only matters while a lookup for that hash is in flight.
+// generation only matters while a lookup for that hash is in flight, and
+// bumping the epoch keeps those lookups from being stored or joined.
 func (r *Resolver) trimGenerations() {
 	if len(r.gen) > 100000 {
 		r.gen = map[string]uint64{}
+		r.epoch++
 	}
 }
 

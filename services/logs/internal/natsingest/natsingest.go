@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,8 +51,13 @@ func (c Config) BackOff() []time.Duration {
 }
 
 // Setup creates or updates the stream and the durable consumer.
+//
+// The stream is updated only when its configuration differs from ours:
+// replicas starting together would otherwise update it while another
+// creates the consumer, which nats-server v2.15.2 does not synchronise (its
+// race detector reports fileStore.UpdateConfig against ConsumerStore).
 func Setup(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Consumer, error) {
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	want := jetstream.StreamConfig{
 		Name:        StreamName(c.Prefix),
 		Description: "log records published by services (pkg/logclient)",
 		Subjects:    []string{logclient.StreamSubjects(c.Prefix)},
@@ -61,7 +67,19 @@ func Setup(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Con
 		Duplicates:  c.Duplicates,
 		Replicas:    max(c.Replicas, 1),
 		Discard:     jetstream.DiscardOld,
-	})
+	}
+	var err error
+	if st, gerr := js.Stream(ctx, want.Name); gerr == nil {
+		if !sameStream(st.CachedInfo().Config, want) {
+			_, err = js.UpdateStream(ctx, want)
+		}
+	} else if errors.Is(gerr, jetstream.ErrStreamNotFound) {
+		// Created by another replica meanwhile: the same configuration is
+		// accepted as is.
+		_, err = js.CreateStream(ctx, want)
+	} else {
+		err = gerr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", StreamName(c.Prefix), err)
 	}
@@ -410,4 +428,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// sameStream compares the settings Setup chooses.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.Storage == want.Storage && have.MaxAge == want.MaxAge &&
+		have.Duplicates == want.Duplicates && have.Replicas == want.Replicas && have.Discard == want.Discard
 }
