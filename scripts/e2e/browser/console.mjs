@@ -200,6 +200,8 @@ try {
   adm.once('dialog', (d) => d.accept());
   await adm.getByRole('row', { name: /temp@example\.com/ }).getByRole('button', { name: 'Delete' }).click();
   await adm.getByRole('status').filter({ hasText: 'temp@example.com deleted.' }).waitFor();
+  // The list reloads after the status: wait for the row to go.
+  await adm.getByRole('cell', { name: 'temp@example.com' }).waitFor({ state: 'detached', timeout: 5000 });
   assert.equal(await adm.getByRole('cell', { name: 'temp@example.com' }).count(), 0);
 
   step = 'admin logs';
