@@ -337,10 +337,11 @@ type tally struct {
 	mu      sync.Mutex
 	counts  map[string]map[string]int
 	slowest map[string]time.Duration
+	example map[string]string // first body of each failing outcome
 }
 
 func newTally() *tally {
-	return &tally{counts: map[string]map[string]int{}, slowest: map[string]time.Duration{}}
+	return &tally{counts: map[string]map[string]int{}, slowest: map[string]time.Duration{}, example: map[string]string{}}
 }
 
 func (t *tally) add(op string, r result) string {
@@ -357,6 +358,11 @@ func (t *tally) add(op string, r result) string {
 		t.counts[op] = map[string]int{}
 	}
 	t.counts[op][k]++
+	if r.status == 0 || r.status >= 400 {
+		if _, ok := t.example[k]; !ok {
+			t.example[k] = fmt.Sprintf("%.160s%v", r.body, r.err)
+		}
+	}
 	if r.elapsed > t.slowest[op] {
 		t.slowest[op] = r.elapsed
 	}
@@ -379,7 +385,7 @@ func (t *tally) table(tt *testing.T, title string) {
 	}
 	sort.Strings(ops)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n  %-22s %-10s %s\n", title, "operation", "slowest", "outcomes")
+	fmt.Fprintf(&b, "%s\n  %-26s %-10s %s\n", title, "operation", "slowest", "outcomes")
 	for _, op := range ops {
 		var ks []string
 		for k := range t.counts[op] {
@@ -390,7 +396,15 @@ func (t *tally) table(tt *testing.T, title string) {
 		for _, k := range ks {
 			parts = append(parts, fmt.Sprintf("%s:%d", k, t.counts[op][k]))
 		}
-		fmt.Fprintf(&b, "  %-22s %-10s %s\n", op, t.slowest[op].Round(time.Millisecond), strings.Join(parts, " "))
+		fmt.Fprintf(&b, "  %-26s %-10s %s\n", op, t.slowest[op].Round(time.Millisecond), strings.Join(parts, " "))
+	}
+	var ks []string
+	for k := range t.example {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	for _, k := range ks {
+		fmt.Fprintf(&b, "  e.g. %s: %s\n", k, t.example[k])
 	}
 	tt.Log(b.String())
 }
