@@ -213,11 +213,20 @@ func launch(t *testing.T, extra map[string]string) *env {
 	}
 	extra["AUTH_COOKIE_SECURE"] = "false"
 	e := &env{t: t, sec: sec, extra: extra, out: &syncBuffer{}}
+	var out io.Writer = e.out
+	if dir := os.Getenv("FAULTS_LOG_DIR"); dir != "" { // every service line, kept
+		f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		out = io.MultiWriter(e.out, f)
+	}
 	e.servers = stack.Servers{
 		MongoURL: srv.ferret.URI, MongoDB: name, NATSURL: srv.natsURL, SubjectPrefix: name,
 		S3Endpoint: srv.minioOpts.Addr, S3Access: srv.minioOpts.AccessKey, S3Secret: srv.minioOpts.SecretKey, S3Bucket: name,
 	}
-	e.p, err = stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Env: extra, Out: e.out}, e.servers, sec)
+	e.p, err = stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Env: extra, Out: out}, e.servers, sec)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, e.out.String())
 	}

@@ -454,8 +454,10 @@ func report(out io.Writer, cfg config, l *load, samples []sample, svcOut *lineCo
 		fmt.Fprintf(out, "  note: %d ticks found every worker busy (the rate was not held)\n", l.late.Load())
 	}
 
-	// Growth after warm-up: the mean of the first three samples after it
-	// against the mean of the last three.
+	// Growth after warm-up: the median of the first third of the samples
+	// after it against the median of the last third (medians: a reading
+	// taken while requests are in flight or argon2 buffers are live is
+	// noise, not growth).
 	warm := max(cfg.duration/5, 30*time.Second)
 	var after []sample
 	for _, s := range samples {
@@ -463,19 +465,23 @@ func report(out io.Writer, cfg config, l *load, samples []sample, svcOut *lineCo
 			after = append(after, s)
 		}
 	}
-	fmt.Fprintf(out, "\nresources (warm-up %s; baseline = mean of the first 3 samples after it, end = mean of the last 3; growth < 10%% required)\n", warm)
+	fmt.Fprintf(out, "\nresources (%d samples after a warm-up of %s; base = median of the first third, end = median of the last third; growth < 10%% required)\n", len(after), warm)
 	fmt.Fprintf(out, "%-8s %10s %10s %8s   %10s %10s %8s   %s\n", "service", "RSS base", "RSS end", "growth", "gor. base", "gor. end", "growth", "result")
-	if len(after) < 4 {
+	if len(after) < 6 {
 		fmt.Fprintf(out, "  too few samples after the warm-up (%d): run longer\n", len(after))
 		return false
 	}
-	k := min(3, len(after)/2)
-	mean := func(ss []sample, f func(sample) float64) float64 {
-		var t float64
-		for _, s := range ss {
-			t += f(s)
+	k := len(after) / 3
+	mean := func(ss []sample, f func(sample) float64) float64 { // the median
+		v := make([]float64, len(ss))
+		for i, s := range ss {
+			v[i] = f(s)
 		}
-		return t / float64(len(ss))
+		sort.Float64s(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
 	}
 	for _, name := range stack.Services {
 		rb := mean(after[:k], func(s sample) float64 { return float64(s.rss[name]) })
