@@ -215,8 +215,10 @@ func TestLogsKilledThreeTimes(t *testing.T) {
 			if !lc.Log("SERVER-APP-C", logclient.TypeDB, fmt.Sprintf("record %d", i), "kill-run") {
 				refused.Add(1)
 			}
-			if i%1000 == 999 {
-				time.Sleep(20 * time.Millisecond) // spread the publishing out a little
+			if i%100 == 99 {
+				// Spread over ~65 s (150 records/s at 10,000): publishing outlasts the
+				// recoveries, so each kill comes with records in flight.
+				time.Sleep(time.Duration(6500 * int64(time.Second) / int64(total))) // all published over ~65 s
 			}
 		}
 	}()
@@ -242,6 +244,9 @@ func TestLogsKilledThreeTimes(t *testing.T) {
 	var kills []string
 	for k, at := range []int64{int64(total) * 15 / 100, int64(total) * 40 / 100, int64(total) * 65 / 100} {
 		before := waitStored(at, 8*time.Minute, fmt.Sprintf("before kill %d", k+1))
+		if before >= int64(total) {
+			t.Fatalf("kill %d would come after all %d records were stored: the scenario proves nothing", k+1, total)
+		}
 		e.p.Procs["logs"].Kill()
 		kills = append(kills, fmt.Sprintf("kill %d at %d stored (%s)", k+1, before, time.Since(start).Round(time.Second)))
 		e.restart("logs")
