@@ -193,7 +193,7 @@ func New(nc *nats.Conn, o Options) (*Client, error) {
 		done: make(chan struct{}),
 	}
 	if o.Metrics != nil {
-		if err := c.register(o.Metrics); err != nil {
+		if err := c.RegisterMetrics(o.Metrics); err != nil {
 			return nil, err
 		}
 	}
@@ -201,8 +201,9 @@ func New(nc *nats.Conn, o Options) (*Client, error) {
 	return c, nil
 }
 
-// register exposes the counters on reg.
-func (c *Client) register(reg prometheus.Registerer) error {
+// RegisterMetrics exposes the client's counters on reg (what
+// Options.Metrics does, for a registry made after the client).
+func (c *Client) RegisterMetrics(reg prometheus.Registerer) error {
 	outcome := func(name string, f func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "acme", Subsystem: "logclient", Name: "records_total",

@@ -213,11 +213,20 @@ func launch(t *testing.T, extra map[string]string) *env {
 	}
 	extra["AUTH_COOKIE_SECURE"] = "false"
 	e := &env{t: t, sec: sec, extra: extra, out: &syncBuffer{}}
+	var out io.Writer = e.out
+	if dir := os.Getenv("FAULTS_LOG_DIR"); dir != "" { // every service line, kept
+		f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		out = io.MultiWriter(e.out, f)
+	}
 	e.servers = stack.Servers{
 		MongoURL: srv.ferret.URI, MongoDB: name, NATSURL: srv.natsURL, SubjectPrefix: name,
 		S3Endpoint: srv.minioOpts.Addr, S3Access: srv.minioOpts.AccessKey, S3Secret: srv.minioOpts.SecretKey, S3Bucket: name,
 	}
-	e.p, err = stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Env: extra, Out: e.out}, e.servers, sec)
+	e.p, err = stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Env: extra, Out: out}, e.servers, sec)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, e.out.String())
 	}
@@ -337,10 +346,11 @@ type tally struct {
 	mu      sync.Mutex
 	counts  map[string]map[string]int
 	slowest map[string]time.Duration
+	example map[string]string // first body of each failing outcome
 }
 
 func newTally() *tally {
-	return &tally{counts: map[string]map[string]int{}, slowest: map[string]time.Duration{}}
+	return &tally{counts: map[string]map[string]int{}, slowest: map[string]time.Duration{}, example: map[string]string{}}
 }
 
 func (t *tally) add(op string, r result) string {
@@ -357,6 +367,11 @@ func (t *tally) add(op string, r result) string {
 		t.counts[op] = map[string]int{}
 	}
 	t.counts[op][k]++
+	if r.status == 0 || r.status >= 400 {
+		if _, ok := t.example[k]; !ok {
+			t.example[k] = fmt.Sprintf("%.160s%v", r.body, r.err)
+		}
+	}
 	if r.elapsed > t.slowest[op] {
 		t.slowest[op] = r.elapsed
 	}
@@ -379,7 +394,7 @@ func (t *tally) table(tt *testing.T, title string) {
 	}
 	sort.Strings(ops)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n  %-22s %-10s %s\n", title, "operation", "slowest", "outcomes")
+	fmt.Fprintf(&b, "%s\n  %-26s %-10s %s\n", title, "operation", "slowest", "outcomes")
 	for _, op := range ops {
 		var ks []string
 		for k := range t.counts[op] {
@@ -390,7 +405,15 @@ func (t *tally) table(tt *testing.T, title string) {
 		for _, k := range ks {
 			parts = append(parts, fmt.Sprintf("%s:%d", k, t.counts[op][k]))
 		}
-		fmt.Fprintf(&b, "  %-22s %-10s %s\n", op, t.slowest[op].Round(time.Millisecond), strings.Join(parts, " "))
+		fmt.Fprintf(&b, "  %-26s %-10s %s\n", op, t.slowest[op].Round(time.Millisecond), strings.Join(parts, " "))
+	}
+	var ks []string
+	for k := range t.example {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	for _, k := range ks {
+		fmt.Fprintf(&b, "  e.g. %s: %s\n", k, t.example[k])
 	}
 	tt.Log(b.String())
 }

@@ -690,7 +690,10 @@ func toChunkRec(id bson.ObjectID, r logs.Record) chunkRec {
 }
 
 // readIDs reads the id documents of the redelivered records (dup), in
-// parallel: each is a lookup by _id.
+// parallel: each is a lookup by _id, served by the _id index on MongoDB and
+// on the patched FerretDB (pkg/embedded). Not one $in query: FerretDB
+// pushes only _id equality down to SQLite and filters $in in memory over
+// the whole collection.
 func (s *Store) readIDs(ctx context.Context, rs []logs.Record, ids []idDoc, dup []bool, per []error) ([]idDoc, error) {
 	olds := make([]idDoc, len(rs))
 	var wg sync.WaitGroup
