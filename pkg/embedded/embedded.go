@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -45,14 +46,31 @@ func NATS(dir, host string, port int) (*server.Server, error) {
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment ago.
+// It never returns the same address twice in one process: callers often
+// take several before binding any (a platform's processes), and the kernel
+// may hand a just-closed port out again.
 func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	givenMu.Lock()
+	defer givenMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		a := l.Addr().String()
+		l.Close()
+		if !given[a] {
+			given[a] = true
+			return a, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("no unused loopback port after 100 tries")
 }
+
+var (
+	givenMu sync.Mutex
+	given   = map[string]bool{}
+)
 
 // NATSWithConfig starts an embedded NATS server from a configuration file
 // (deploy/nats.conf, to test its permissions) on a free loopback port, with
