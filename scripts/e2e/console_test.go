@@ -208,4 +208,21 @@ func TestLiveTailThroughGateway(t *testing.T) {
 		t.Fatalf("event %v", ev)
 	}
 	t.Logf("tail event %v after publishing", time.Since(start))
+
+	// Signing out ends the open stream within the gateway's re-check
+	// interval (2 s), though the stream itself was admitted before.
+	admin.mustStatus(200, "DELETE", "/signout", nil)
+	out := time.Now()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case _, ok := <-events:
+			if !ok {
+				t.Logf("stream ended %v after sign-out", time.Since(out))
+				return
+			}
+		case <-deadline:
+			t.Fatal("the live tail still streams 10 s after its session signed out")
+		}
+	}
 }

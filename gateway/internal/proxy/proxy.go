@@ -128,6 +128,9 @@ type Config struct {
 	// as shutdown begins, so live tails do not hold the shutdown for its
 	// whole grace period. Other requests are not affected.
 	Streams context.Context
+	// StreamRecheck is how often a session's stream re-checks its session
+	// (default 2s).
+	StreamRecheck time.Duration
 }
 
 // Handler is the gateway's proxy.
@@ -293,9 +296,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	}
 
 	claims := identity.Claims{ClientIP: clientIP(r)}
-	var hash string
+	var hash, streamSID string
 	if route.Access == Session || route.Access == Admin {
 		sid, status, code, msg := sessionFrom(r)
+		streamSID = sid
 		if status != 0 {
 			writeError(w, status, code, msg)
 			return route.Service
@@ -351,6 +355,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		defer cancel()
 		stop := context.AfterFunc(h.cfg.Streams, cancel)
 		defer stop()
+		if streamSID != "" {
+			// A stream outlives the check made when it opened: re-check the
+			// session (cached, and fenced against revocations) every few
+			// seconds, and end the stream once the session is signed out,
+			// revoked or expired, or the user's role or identity changed.
+			go h.recheckStream(ctx, cancel, streamSID, claims)
+		}
 	}
 	// Server-sent events: ReverseProxy flushes each write (FlushInterval -1),
 	// the server has no write timeout, and the client going away cancels
@@ -358,6 +369,31 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	// ends at its next write.
 	h.rp.ServeHTTP(w, r.WithContext(ctx))
 	return route.Service
+}
+
+// recheckStream ends a session's stream (cancel) when the session no
+// longer resolves to the same user and role. A failure to reach auth keeps
+// the stream: it is checked again at the next tick.
+func (h *Handler) recheckStream(ctx context.Context, cancel context.CancelFunc, sid string, claims identity.Claims) {
+	every := h.cfg.StreamRecheck
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		id, err := h.cfg.Resolver.Resolve(ctx, sid)
+		if errors.Is(err, sessions.ErrInvalid) || err == nil && (id.UserID != claims.Subject || id.Role != claims.Role) {
+			h.cfg.Log.InfoContext(ctx, "stream ended: the session changed", "service", "gateway")
+			cancel()
+			return
+		}
+	}
 }
 
 // token returns a signed token for claims and audience, reusing one signed
