@@ -325,6 +325,9 @@ func TestNATSPermissions(t *testing.T) {
 			// Reading the log records without the consumer, or forging another app's.
 			cl.refuseSubscribe(t, prefix+".logs.>")
 			cl.refuseSubscribe(t, prefix+".logs.ACME-AUTH.error")
+			// The live tails' feed of HTTP-written records: the logs service's only.
+			cl.refusePublish(t, prefix+".logtail.ACME-AUTH.error")
+			cl.refuseSubscribe(t, prefix+".logtail.>")
 			cl.refusePublish(t, logclient.Subject(prefix, otherApp[user], logclient.TypeError))
 			if user != "auth" {
 				cl.refusePublish(t, prefix+".auth.revoked") // only auth ends sessions

@@ -209,6 +209,13 @@ func TestLiveTailThroughGateway(t *testing.T) {
 	}
 	t.Logf("tail event %v after publishing", time.Since(start))
 
+	// A record written over HTTP appears in the tail too.
+	admin.mustStatus(201, "POST", "/log", map[string]string{"app": "ACME-S3", "type": "error", "logBody": "posted over HTTP"})
+	if ev := nextEvent(2 * time.Second); ev[0] != "log" || !strings.Contains(ev[1], `"logBody":"posted over HTTP"`) {
+		t.Fatalf("event for the POST /log record: %v", ev)
+	}
+	admin.mustStatus(201, "POST", "/log", map[string]string{"app": "ACME-S3", "type": "log", "logBody": "filtered out by type"})
+
 	// Signing out ends the open stream within the gateway's re-check
 	// interval (2 s), though the stream itself was admitted before.
 	admin.mustStatus(200, "DELETE", "/signout", nil)

@@ -182,7 +182,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	api := &httpapi.API{
 		Store: store, Writer: writer, Apps: apps, Validator: validator, Config: s.HTTP,
 		Verifier:   identity.NewVerifier(pub, "logs"),
-		Tail:       &natsingest.Tail{JS: js, Config: s.Ingest, Validator: validator},
+		Tail:       &natsingest.Tail{JS: js, NC: nc, Config: s.Ingest, Validator: validator},
 		TailConfig: s.Tail, Stop: ctx,
 		Checks: map[string]func(context.Context) error{
 			"mongo": store.Ping,

@@ -118,7 +118,7 @@ func TestIngestUnderDeploymentPermissions(t *testing.T) {
 	// The live tail's followers (ordered consumers, one unfiltered, one
 	// filtered) work as the logs user too.
 	validator := logs.Validator{Apps: logs.NewApps(apps), MaxBody: settings.MaxBody}
-	tail := &natsingest.Tail{JS: js, Config: cfg, Validator: validator}
+	tail := &natsingest.Tail{JS: js, NC: logsNC, Config: cfg, Validator: validator}
 	var followers []*natsingest.Follower
 	for _, f := range [][2]string{{"", ""}, {logclient.TypeError, "ACME-AUTH"}} {
 		fl, err := tail.Follow(ctx, f[0], f[1], 8)
@@ -148,14 +148,21 @@ func TestIngestUnderDeploymentPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A record stored from POST /log reaches the followers on core NATS.
+	tail.Announce(logs.Record{ID: "000000000000000000000001", App: "ACME-AUTH", Type: logclient.TypeError, LogBody: "posted over HTTP"})
+
 	for i, fl := range followers {
-		select {
-		case rec := <-fl.C:
-			if rec.LogBody != "sign-in store unavailable" {
-				t.Errorf("follower %d got %+v", i, rec)
+		got := map[string]bool{}
+		for len(got) < 2 {
+			select {
+			case rec := <-fl.C:
+				got[rec.LogBody] = true
+			case <-time.After(5 * time.Second):
+				t.Fatalf("follower %d: got %v, want both records under the deployment permissions", i, got)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("follower %d: no record under the deployment permissions", i)
+		}
+		if !got["sign-in store unavailable"] || !got["posted over HTTP"] {
+			t.Errorf("follower %d got %v", i, got)
 		}
 		fl.Stop()
 	}

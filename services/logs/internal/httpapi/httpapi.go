@@ -127,6 +127,9 @@ func (a *API) postLog(c *fiber.Ctx) error {
 	if err := a.Writer.Write(c.UserContext(), rec); err != nil {
 		return err
 	}
+	if a.Tail != nil {
+		a.Tail.Announce(rec) // stored: show it in the live tails too
+	}
 	out := toRecordJSON(rec)
 	return c.Status(http.StatusCreated).JSON(fiber.Map{
 		"app": out.App, "logBody": out.LogBody, "type": out.Type, "metricsId": out.MetricsID,

@@ -19,6 +19,8 @@ import (
 // Tailer subscribes viewers to new records (natsingest.Tail).
 type Tailer interface {
 	Follow(ctx context.Context, typ, app string, buf int) (*natsingest.Follower, error)
+	// Announce shows records stored from HTTP writes to every follower.
+	Announce(recs ...logs.Record)
 }
 
 // TailConfig tunes GET /log/tail.

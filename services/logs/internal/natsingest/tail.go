@@ -2,11 +2,13 @@ package natsingest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -15,8 +17,15 @@ import (
 // next message (DeliverNew), so a viewer sees records as they are published,
 // independently of the durable writer, and costs the writer nothing.
 // Messages the writer would dead-letter are skipped.
+//
+// Records written over HTTP (POST /log) do not pass through the stream:
+// the replica that stored them announces them on core NATS subjects
+// <prefix>.logtail.<app>.<type> (Announce), which every follower also
+// subscribes to (only the logs service may publish there, see
+// deploy/nats.conf).
 type Tail struct {
 	JS        jetstream.JetStream
+	NC        *nats.Conn // for the HTTP-written records; nil: stream only
 	Config    Config
 	Validator logs.Validator
 	// Inactive is how long the server keeps a follower's consumer after
@@ -30,13 +39,37 @@ type Follower struct {
 	C       <-chan logs.Record // new records, in stream order
 	dropped atomic.Uint64
 	cc      jetstream.ConsumeContext
+	sub     *nats.Subscription
 }
 
 // Dropped is how many records were skipped because the viewer fell behind.
 func (f *Follower) Dropped() uint64 { return f.dropped.Load() }
 
 // Stop ends the subscription (idempotent).
-func (f *Follower) Stop() { f.cc.Stop() }
+func (f *Follower) Stop() {
+	f.cc.Stop()
+	if f.sub != nil {
+		_ = f.sub.Unsubscribe()
+	}
+}
+
+// TailSubject is where a replica announces the records it stored from
+// HTTP writes, for the live tails.
+func TailSubject(prefix, app, typ string) string { return prefix + ".logtail." + app + "." + typ }
+
+// Announce tells every follower (in every replica) about records stored
+// from HTTP writes; best effort, like the tail itself.
+func (t *Tail) Announce(recs ...logs.Record) {
+	if t == nil || t.NC == nil {
+		return
+	}
+	for _, r := range recs {
+		b, err := json.Marshal(r)
+		if err == nil {
+			_ = t.NC.Publish(TailSubject(t.Config.Prefix, r.App, r.Type), b)
+		}
+	}
+}
 
 // Follow subscribes to new records of type typ and app ("" = any), with a
 // buffer of buf records; a slower viewer loses records (counted) rather
@@ -60,6 +93,28 @@ func (t *Tail) Follow(ctx context.Context, typ, app string, buf int) (*Follower,
 	}
 	ch := make(chan logs.Record, max(buf, 1))
 	f := &Follower{C: ch}
+	if t.NC != nil {
+		f.sub, err = t.NC.Subscribe(TailSubject(t.Config.Prefix, orAny(app), orAny(typ)), func(m *nats.Msg) {
+			var rec logs.Record
+			if json.Unmarshal(m.Data, &rec) != nil || rec.ID == "" {
+				return
+			}
+			select {
+			case ch <- rec:
+			default:
+				f.dropped.Add(1)
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("tail subscribe: %w", err)
+		}
+		// The subscription is registered on the server before Follow
+		// returns, like the consumer below.
+		if err := t.NC.FlushTimeout(5 * time.Second); err != nil {
+			_ = f.sub.Unsubscribe()
+			return nil, fmt.Errorf("tail subscribe: %w", err)
+		}
+	}
 	parser := &Ingestor{Config: t.Config, Validator: t.Validator}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		p := parser.parse(m)
@@ -75,6 +130,9 @@ func (t *Tail) Follow(ctx context.Context, typ, app string, buf int) (*Follower,
 		}
 	})
 	if err != nil {
+		if f.sub != nil {
+			_ = f.sub.Unsubscribe()
+		}
 		return nil, fmt.Errorf("tail consume: %w", err)
 	}
 	f.cc = cc
