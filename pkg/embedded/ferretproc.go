@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -122,14 +123,21 @@ const (
 // a go.mod/go.sum pair replacing the module with it; it returns the go.mod.
 func ferretDBPatched(ctx context.Context, src, work string) (string, error) {
 	root := filepath.Join(src, "..", "..") // the pkg module
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", ferretDBModule)
+	// `go mod download -json` fetches the pinned version if this machine
+	// does not have it yet (nothing else may have needed its source) and
+	// says where it is.
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", ferretDBModule)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("ferretdb: locating the module source: %w", err)
+		return "", fmt.Errorf("ferretdb: downloading the module source: %w", err)
 	}
-	from := strings.TrimSpace(string(out))
+	var dl struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &dl); err != nil || dl.Dir == "" {
+		return "", fmt.Errorf("ferretdb: no module source (%s): %v", dl.Error, err)
+	}
+	from := dl.Dir
 	copyDir := filepath.Join(work, "ferretdb")
 	if err := os.CopyFS(copyDir, os.DirFS(from)); err != nil {
 		return "", fmt.Errorf("ferretdb: copying the module source: %w", err)
