@@ -49,26 +49,7 @@ func restartLogs(t *testing.T, p *stack.Platform, sec stack.Secrets, out io.Writ
 // failing the test if one id comes twice.
 func listAll(t *testing.T, c *client, path string) int {
 	t.Helper()
-	seen := map[string]bool{}
-	cursor := ""
-	for {
-		u := path
-		if cursor != "" {
-			u += "&before=" + cursor
-		}
-		ls := logsOf(t, c.mustStatus(201, "GET", u, nil))
-		for _, r := range ls {
-			id, _ := r["id"].(string)
-			if seen[id] {
-				t.Fatalf("%s: record %s listed twice", path, id)
-			}
-			seen[id] = true
-			cursor = id
-		}
-		if len(ls) < 500 {
-			return len(seen)
-		}
-	}
+	return countAll(t, func(u string) map[string]any { return c.mustStatus(201, "GET", u, nil) }, path)
 }
 
 func logsOf(t *testing.T, m map[string]any) []map[string]any {
