@@ -52,54 +52,32 @@ func FerretDBBinary(ctx context.Context, progress io.Writer) (string, error) {
 	}
 	dir := CacheDir()
 	bin := filepath.Join(dir, "ferretdb-"+FerretDBVersion()+"-p"+FerretDBProgramVersion)
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	src, err := ferretDBSource()
-	if err != nil {
-		return "", err
-	}
-	if progress != nil {
-		fmt.Fprintf(progress, "building the FerretDB %s server once into %s...\n", FerretDBVersion(), bin)
-	}
-	tmp := fmt.Sprintf("%s.tmp-%d", bin, os.Getpid())
-	defer os.Remove(tmp)
-	work, err := os.MkdirTemp(dir, "ferretdb-build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(work)
-	modfile, err := ferretDBPatched(ctx, src, work)
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-modfile", modfile, "-o", tmp, "./cmd/ferretdb")
-	cmd.Dir = filepath.Join(src, "..", "..")
-	// Never race-instrumented, whatever GOFLAGS the tests run with.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOWORK=off")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building ferretdb: %w\n%s", err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", err
-	}
-	return bin, nil
+	return cachedBinary(bin, func(out string) error {
+		src, err := ferretDBSource()
+		if err != nil {
+			return err
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "building the FerretDB %s server once into %s...\n", FerretDBVersion(), bin)
+		}
+		work, err := os.MkdirTemp(dir, "ferretdb-build-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		modfile, err := ferretDBPatched(ctx, src, work)
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, "go", "build", "-modfile", modfile, "-o", out, "./cmd/ferretdb")
+		cmd.Dir = filepath.Join(src, "..", "..")
+		// Never race-instrumented, whatever GOFLAGS the tests run with.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOWORK=off")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building ferretdb: %w\n%s", err, b)
+		}
+		return nil
+	})
 }
 
 // The one-line patch FerretDB 1.24's SQLite backend needs: it creates the

@@ -40,44 +40,23 @@ func MinIOBinary(ctx context.Context, progress io.Writer) (string, error) {
 		return p, nil
 	}
 	dir := filepath.Join(CacheDir(), "minio-"+MinIOVersion)
-	bin := filepath.Join(dir, "minio")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if progress != nil {
-		fmt.Fprintf(progress, "building MinIO %s once into %s (takes a few minutes the first time)...\n", MinIOVersion, dir)
-	}
-	tmp, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", MinIOModule+"@"+MinIOVersion)
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building minio: %w\n%s", err, out)
-	}
-	if err := os.Rename(filepath.Join(tmp, "minio"), bin); err != nil {
-		return "", err
-	}
-	return bin, nil
+	return cachedBinary(filepath.Join(dir, "minio"), func(out string) error {
+		if progress != nil {
+			fmt.Fprintf(progress, "building MinIO %s once into %s (takes a few minutes the first time)...\n", MinIOVersion, dir)
+		}
+		tmp, err := os.MkdirTemp(dir, "build-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", MinIOModule+"@"+MinIOVersion)
+		cmd.Dir = tmp
+		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building minio: %w\n%s", err, b)
+		}
+		return os.Rename(filepath.Join(tmp, "minio"), out)
+	})
 }
 
 // MinIO is a running MinIO server process.
