@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 // platform starts the whole platform for one test.
-func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secrets, *syncBuffer) {
+func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secrets, *stack.Output) {
 	t.Helper()
 	return platformWith(t, env, stack.Options{})
 }
@@ -49,7 +49,7 @@ func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secre
 // platformWith is platform with launch options (o.Env and o.Out are set
 // here): replicas, gateways, or a subset of the services, named by the keys
 // of o.Bins (the values are filled in with the built binaries).
-func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.Platform, stack.Secrets, *syncBuffer) {
+func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.Platform, stack.Secrets, *stack.Output) {
 	t.Helper()
 	buildOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -68,7 +68,7 @@ func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.
 		env = map[string]string{}
 	}
 	env["AUTH_COOKIE_SECURE"] = "false"
-	logs := &syncBuffer{}
+	logs := &stack.Output{}
 	servers := stack.Servers{
 		MongoURL: s.MongoURL, MongoDB: s.Database(t), NATSURL: s.NATSURL, SubjectPrefix: s.SubjectPrefix(t),
 		S3Endpoint: s.S3Endpoint, S3Access: s.S3Access, S3Secret: s.S3Secret, S3Bucket: s.Bucket(t),
@@ -105,23 +105,6 @@ var launched sync.Map // *stack.Platform → launch
 type launch struct {
 	servers stack.Servers
 	env     map[string]string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.String()
 }
 
 // client is a browser-like HTTP client with its own cookie jar. Every

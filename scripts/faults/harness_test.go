@@ -186,7 +186,7 @@ type env struct {
 	sec     stack.Secrets
 	servers stack.Servers
 	extra   map[string]string
-	out     *syncBuffer
+	out     *stack.Output
 	admin   *client
 }
 
@@ -212,7 +212,7 @@ func launch(t *testing.T, extra map[string]string) *env {
 		extra = map[string]string{}
 	}
 	extra["AUTH_COOKIE_SECURE"] = "false"
-	e := &env{t: t, sec: sec, extra: extra, out: &syncBuffer{}}
+	e := &env{t: t, sec: sec, extra: extra, out: &stack.Output{}}
 	var out io.Writer = e.out
 	if dir := os.Getenv("FAULTS_LOG_DIR"); dir != "" { // every service line, kept
 		f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".log"))
@@ -233,7 +233,7 @@ func launch(t *testing.T, extra map[string]string) *env {
 	t.Cleanup(func() {
 		e.p.Stop(10 * time.Second)
 		if t.Failed() {
-			t.Logf("service output (last 200 lines):\n%s", e.out.tail(200))
+			t.Logf("service output (last 200 lines):\n%s", e.out.Tail(200))
 		}
 	})
 	e.admin = newClient(t, e.p.GatewayURL)
@@ -250,32 +250,6 @@ func (e *env) restart(name string) *stack.Proc {
 		e.t.Fatalf("restart %s: %v", name, err)
 	}
 	return p
-}
-
-// syncBuffer collects the services' output.
-type syncBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.String()
-}
-
-func (b *syncBuffer) tail(n int) string {
-	lines := strings.Split(b.String(), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // client is an HTTP client with its own cookie jar.

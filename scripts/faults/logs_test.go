@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/scripts/stack"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,7 +106,7 @@ func (e *env) natsConn() *nats.Conn {
 func TestNATSDownWhilePublishing(t *testing.T) {
 	e := launch(t, map[string]string{"LOGS_ACK_WAIT": "5s"})
 	nc := e.natsConn()
-	var logBuf syncBuffer
+	var logBuf stack.Output
 	reg := prometheus.NewRegistry()
 	const buffer, total = 2000, 6000
 	lc, err := logclient.New(nc, logclient.Options{
