@@ -160,6 +160,10 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	if err != nil {
 		return err
 	}
+	tag, err := natsingest.Tag(sctx, js, s.Prefix)
+	if err != nil {
+		return err
+	}
 
 	// Our own errors go to the log stream too, as app LOGGING.
 	var self *logclient.Client
@@ -202,7 +206,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if s.IngestEnabled {
-		in := &natsingest.Ingestor{Consumer: cons, Store: store, Validator: validator, Config: s.Ingest, Log: log, Meter: meter}
+		in := &natsingest.Ingestor{Consumer: cons, StreamTag: tag, Store: store, Validator: validator, Config: s.Ingest, Log: log, Meter: meter}
 		wg.Go(func() {
 			if err := in.Run(bg); err != nil {
 				log.Error("ingest stopped", "err", err)

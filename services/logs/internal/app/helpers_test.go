@@ -16,6 +16,7 @@ import (
 	"github.com/acme/platform/services/logs/internal/app"
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/mongostore"
+	"github.com/acme/platform/services/logs/internal/natsingest"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -31,6 +32,8 @@ type svc struct {
 	cancel context.CancelFunc
 	done   chan error
 	mu     sync.Mutex
+	seqs   map[string]uint64 // msgID -> stream sequence of its last publish (publish, storeDirect)
+	expect map[string]uint64 // msgID -> the sequence storeDirect stored it at
 }
 
 // newEnv is the environment of a test: fresh database and subject prefix,
@@ -213,8 +216,33 @@ func byApp(name string) func(logs.Record) bool {
 	return func(r logs.Record) bool { return r.App == name }
 }
 
-func byMsgID(id string) func(logs.Record) bool {
-	return func(r logs.Record) bool { return r.ID == logs.RecordID(id) }
+// recordID is the id of the record stored from the message published with
+// msgID.
+func (v *svc) recordID(msgID string) string {
+	v.t.Helper()
+	v.mu.Lock()
+	seq := v.seqs[msgID]
+	v.mu.Unlock()
+	if seq == 0 {
+		v.t.Fatalf("no message %q was published", msgID)
+	}
+	return logs.StreamRecordID(v.streamTag(), seq)
+}
+
+func (v *svc) streamTag() string {
+	v.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tag, err := natsingest.Tag(ctx, v.s.JS, v.prefix())
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return tag
+}
+
+func (v *svc) byMsgID(msgID string) func(logs.Record) bool {
+	id := v.recordID(msgID)
+	return func(r logs.Record) bool { return r.ID == id }
 }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -244,7 +272,9 @@ func logsOf(t *testing.T, body map[string]any) []map[string]any {
 
 func jwtSubject(s string) jwt.RegisteredClaims { return jwt.RegisteredClaims{Subject: s} }
 
-// storeDirect stores a record of type log as a delivery would, without NATS.
+// storeDirect stores a record of type log as the delivery of the next
+// message of the stream would, without NATS: publishing msgID next makes a
+// redelivery of it (publish checks it gets that sequence).
 func (v *svc) storeDirect(msgID, app, body string) {
 	v.t.Helper()
 	ctx := context.Background()
@@ -253,8 +283,22 @@ func (v *svc) storeDirect(msgID, app, body string) {
 	if err != nil {
 		v.t.Fatal(err)
 	}
+	stream, err := v.s.JS.Stream(ctx, natsingest.StreamName(v.prefix()))
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	seq := stream.CachedInfo().State.LastSeq + 1
 	if per, err := st.InsertBatch(ctx, []logs.Record{{MsgID: msgID, Type: "log", App: app, AppID: apps[0].ID,
-		LogBody: body, CreatedAt: time.Now()}}); err != nil || per[0] != nil {
+		LogBody: body, CreatedAt: time.Now(), Stream: v.streamTag(), Seq: seq}}); err != nil || per[0] != nil {
 		v.t.Fatal(err, per)
 	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.seqs == nil {
+		v.seqs = map[string]uint64{}
+	}
+	if v.expect == nil {
+		v.expect = map[string]uint64{}
+	}
+	v.seqs[msgID], v.expect[msgID] = seq, seq
 }

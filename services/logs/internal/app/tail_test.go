@@ -11,7 +11,6 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
-	"github.com/acme/platform/services/logs/internal/logs"
 )
 
 // sseEvent is one server-sent event.
@@ -169,8 +168,8 @@ func TestTailStreamsNewRecords(t *testing.T) {
 	sent := time.Now()
 	v.publish(logclient.Subject(v.prefix(), "SERVER-APP-A", "log"), "tail-1", payload("SERVER-APP-A", "log", "hello tail"))
 	ev := next(t, all, time.Second, keepAlive)
-	if ev.event != "log" || ev.id != logs.RecordID("tail-1") {
-		t.Fatalf("event %+v, want log with id %s", ev, logs.RecordID("tail-1"))
+	if ev.event != "log" || ev.id != v.recordID("tail-1") {
+		t.Fatalf("event %+v, want log with id %s", ev, v.recordID("tail-1"))
 	}
 	var rec map[string]any
 	if err := json.Unmarshal([]byte(ev.data), &rec); err != nil {
@@ -185,15 +184,15 @@ func TestTailStreamsNewRecords(t *testing.T) {
 	// poison message (wrong payload) is skipped by both.
 	v.publish(logclient.Subject(v.prefix(), "ACME-AUTH", "error"), "tail-poison", []byte(`{"nope":1}`))
 	v.publish(logclient.Subject(v.prefix(), "ACME-AUTH", "error"), "tail-2", payload("ACME-AUTH", "error", "auth broke"))
-	if ev := next(t, errorsOfAuth, 2*time.Second, keepAlive); ev.id != logs.RecordID("tail-2") {
+	if ev := next(t, errorsOfAuth, 2*time.Second, keepAlive); ev.id != v.recordID("tail-2") {
 		t.Fatalf("filtered tail got %+v, want tail-2", ev)
 	}
-	if ev := next(t, all, 2*time.Second, keepAlive); ev.id != logs.RecordID("tail-2") {
+	if ev := next(t, all, 2*time.Second, keepAlive); ev.id != v.recordID("tail-2") {
 		t.Fatalf("tail got %+v, want tail-2 (not the poison message)", ev)
 	}
 
 	// The stored record has the id the tail announced.
-	waitFor(t, 10*time.Second, "tail-1 stored", func() bool { return v.count(byMsgID("tail-1")) == 1 })
+	waitFor(t, 10*time.Second, "tail-1 stored", func() bool { return v.count(v.byMsgID("tail-1")) == 1 })
 
 	// Clients going away end their subscriptions: the server side notices
 	// at the next heartbeat and the ephemeral consumers go.

@@ -168,7 +168,7 @@ func TestIngestUnderDeploymentPermissions(t *testing.T) {
 	}
 
 	store := &memStore{}
-	in := &natsingest.Ingestor{Consumer: cons, Store: store, Validator: validator,
+	in := &natsingest.Ingestor{Consumer: cons, StreamTag: tagOf(t, js, cfg.Prefix), Store: store, Validator: validator,
 		Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -204,4 +204,13 @@ func TestIngestUnderDeploymentPermissions(t *testing.T) {
 			t.Errorf("%s: refused by deploy/nats.conf: %v", user, err)
 		}
 	}
+}
+
+func tagOf(t *testing.T, js jetstream.JetStream, prefix string) string {
+	t.Helper()
+	tag, err := natsingest.Tag(context.Background(), js, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
 }

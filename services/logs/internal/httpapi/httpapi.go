@@ -123,10 +123,11 @@ func (a *API) postLog(c *fiber.Ctx) error {
 		AppID: app.ID, App: app.Name, Type: *req.Type, LogBody: strings.Clone(*req.LogBody), MetricsID: strings.Clone(metricsID),
 		CreatedAt: a.Now().UTC().Truncate(time.Millisecond), MsgID: "http-" + web.NewRequestID() + web.NewRequestID(),
 	}
-	rec.ID = logs.RecordID(rec.MsgID)
-	if err := a.Writer.Write(c.UserContext(), rec); err != nil {
+	id, err := a.Writer.Write(c.UserContext(), rec)
+	if err != nil {
 		return err
 	}
+	rec.ID = id
 	if a.Tail != nil {
 		a.Tail.Announce(rec) // stored: show it in the live tails too
 	}

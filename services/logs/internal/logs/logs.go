@@ -38,14 +38,19 @@ type App struct {
 
 // Record is one stored log record.
 type Record struct {
-	ID        string // derived from MsgID by the store (ObjectID hex)
+	ID        string // set by the store (StreamRecordID for a stream message)
 	AppID     string
 	App       string // the app's name, kept for convenience
 	Type      string
 	LogBody   string
 	MetricsID string // "" when absent
 	CreatedAt time.Time
-	MsgID     string // idempotency key: the Nats-Msg-Id, or a fresh one for HTTP writes
+	MsgID     string // the Nats-Msg-Id, or a fresh one for HTTP writes
+	// Stream (StreamTag) and Seq place a record that came from the
+	// JetStream stream: its stream sequence is its idempotency key, the
+	// same on every redelivery. Stream is "" for HTTP writes.
+	Stream string
+	Seq    uint64
 }
 
 // DeadLetter is a NATS message that can never become a record.
@@ -80,8 +85,9 @@ type Store interface {
 	// EnsureApps makes an App for every name (idempotent, safe when several
 	// replicas start at once) and returns them in the order of names.
 	EnsureApps(ctx context.Context, names []string) ([]App, error)
-	// InsertBatch stores records, each once per MsgID: a record whose
-	// MsgID was stored before is not stored again. The returned slice has
+	// InsertBatch stores records and sets their ID, each once per (Stream,
+	// Seq): a stream message stored before is not stored again (a record
+	// with no Stream is always new). The returned slice has
 	// one entry per record: nil when stored, ErrDuplicate when it was
 	// stored by an earlier delivery, the error otherwise. err is set when
 	// nothing can be said about individual records (the write failed or ctx

@@ -9,29 +9,27 @@ package mongostore
 // lookup by _id, the only lookup every MongoDB-wire server serves from an
 // index (FerretDB on SQLite filters and sorts everything else in memory).
 //
-// Exactly once: each record also gets a small id document in log_ids whose
-// _id is derived from the message id, written before the chunks. A
-// redelivered record collides there; its id document says which write
-// (batch) listed it and from which chunk number to look, so the store can
-// tell whether that write reached the chunks before it stopped and list the
-// record again only if it did not.
+// Exactly once: before its chunks, a write stores one batch document (the
+// chunk numbers it means to list its records at) and claims the stream
+// sequences of its records in slot documents (ids.go). A redelivered
+// message finds its sequence claimed; the claim names the write that took
+// it, so the store can tell whether that write reached the chunks before it
+// stopped and list the record again only if it did not. That is two or
+// three small documents per write instead of one per record: FerretDB's
+// cost per document, not per byte, bounds ingestion.
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/acme/platform/pkg/mongox"
-	"github.com/acme/platform/services/logs/internal/logs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -146,54 +144,6 @@ type ref struct {
 	Batch string
 }
 
-type idDoc struct {
-	ID        bson.ObjectID // logs.RecordID of the message id
-	Type      string
-	AppID     string
-	CreatedAt time.Time
-	// The write (batch) that took the record, and the chunk numbers it
-	// meant to list it at in the type chain (TN) and the app chain (AN).
-	Batch  string
-	TN, AN int64
-}
-
-// idWire is an id document as stored: every field but the time packed in
-// one string, because FerretDB's cost per document grows with its field
-// count (it stores a type schema beside each), and these are written once
-// per record.
-type idWire struct {
-	ID bson.ObjectID `bson:"_id"`
-	K  string        `bson:"k"` // type|appId|batch|tn|an
-	C  time.Time     `bson:"c"` // createdAt: retention
-}
-
-func (d idDoc) MarshalBSON() ([]byte, error) {
-	k := strings.Join([]string{d.Type, d.AppID, d.Batch, strconv.FormatInt(d.TN, 10), strconv.FormatInt(d.AN, 10)}, "|")
-	return bson.Marshal(idWire{ID: d.ID, K: k, C: d.CreatedAt})
-}
-
-func (d *idDoc) UnmarshalBSON(b []byte) error {
-	var w idWire
-	if err := bson.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	f := strings.Split(w.K, "|")
-	if len(f) != 5 {
-		return fmt.Errorf("id document %s: malformed key %q", w.ID.Hex(), w.K)
-	}
-	tn, err1 := strconv.ParseInt(f[3], 10, 64)
-	an, err2 := strconv.ParseInt(f[4], 10, 64)
-	if err := cmp.Or(err1, err2); err != nil {
-		return fmt.Errorf("id document %s: %w", w.ID.Hex(), err)
-	}
-	*d = idDoc{ID: w.ID, Type: f[0], AppID: f[1], Batch: f[2], TN: tn, AN: an, CreatedAt: w.C}
-	return nil
-}
-
-// T and A say where the write meant to list the record in each chain.
-func (d idDoc) T() ref { return ref{N: d.TN, Batch: d.Batch} }
-func (d idDoc) A() ref { return ref{N: d.AN, Batch: d.Batch} }
-
 type hintDoc struct {
 	ID string `bson:"_id"`
 	N  int64  `bson:"n"`
@@ -250,8 +200,10 @@ func (h *heads) lock(key string) func() {
 // errCrash is what the test hook beforeAppend returns.
 var errCrash = errors.New("simulated crash")
 
+// newBatchID names a write: 7 random bytes in hex (they are part of the
+// ids of the records it takes over HTTP).
 func newBatchID() string {
-	var b [8]byte
+	var b [7]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
@@ -538,185 +490,3 @@ func (s *Store) chainState(ctx context.Context, key string, r ref) (*chainState,
 	return st, nil
 }
 
-// InsertBatch implements logs.Store. The id documents go first (one
-// unordered insert; a duplicate is a redelivery), then the records are
-// listed in their chains. A redelivered record is listed again only in a
-// chain where the write that first took it did not list it.
-func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, error) {
-	per := make([]error, len(rs))
-	if len(rs) == 0 {
-		return per, nil
-	}
-	batch := newBatchID()
-	// Warm the head cache of each chain first, so that the intended chunk
-	// numbers in the id documents are close to where the records land.
-	warmed := map[string]bool{}
-	for _, r := range rs {
-		for _, key := range []string{typeKey(r.Type), appKey(r.AppID, r.Type)} {
-			if !warmed[key] && s.heads.get(key) == 0 {
-				if _, err := s.head(ctx, key); err != nil {
-					return nil, err
-				}
-			}
-			warmed[key] = true
-		}
-	}
-	ids := make([]idDoc, len(rs))
-	docs := make([]any, len(rs))
-	for i, r := range rs {
-		id := recordID(r.MsgID)
-		ids[i] = idDoc{ID: id, Type: r.Type, AppID: r.AppID, CreatedAt: r.CreatedAt.UTC(),
-			Batch: batch, TN: s.heads.get(typeKey(r.Type)) + 1, AN: s.heads.get(appKey(r.AppID, r.Type)) + 1}
-		docs[i] = ids[i]
-	}
-	dup := make([]bool, len(rs))
-	if _, err := s.ids.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
-		var bwe mongo.BulkWriteException
-		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
-			return nil, err
-		}
-		for _, we := range bwe.WriteErrors {
-			if we.Index < 0 || we.Index >= len(rs) {
-				return nil, err
-			}
-			if isDuplicateCode(we.Code) || mongox.IsDuplicate(errors.New(we.Message)) {
-				dup[we.Index] = true
-				continue
-			}
-			per[we.Index] = fmt.Errorf("write error %d: %s", we.Code, we.Message)
-		}
-	}
-	olds, err := s.readIDs(ctx, rs, ids, dup, per)
-	if err != nil {
-		return nil, err
-	}
-
-	type chainWrite struct{ key, batch string }
-	writes := map[chainWrite][]chunkRec{}
-	var order []chainWrite
-	add := func(w chainWrite, c chunkRec) {
-		if _, ok := writes[w]; !ok {
-			order = append(order, w)
-		}
-		writes[w] = append(writes[w], c)
-	}
-	states := map[chainWrite]*chainState{} // by chain and first write
-	for i, r := range rs {
-		if per[i] != nil {
-			continue
-		}
-		if !dup[i] {
-			c := toChunkRec(ids[i].ID, r)
-			add(chainWrite{typeKey(r.Type), batch}, c)
-			c.AppID = ""
-			add(chainWrite{appKey(r.AppID, r.Type), batch}, c)
-			continue
-		}
-		// A redelivery: the stored fields win (same message id, same
-		// record), and each chain is checked for the first write.
-		old := olds[i]
-		r.Type, r.AppID, r.CreatedAt = old.Type, old.AppID, old.CreatedAt
-		inApp := toChunkRec(old.ID, r)
-		inApp.AppID = ""
-		for _, x := range []struct {
-			key string
-			ref ref
-			c   chunkRec
-		}{{typeKey(old.Type), old.T(), toChunkRec(old.ID, r)}, {appKey(old.AppID, old.Type), old.A(), inApp}} {
-			w := chainWrite{x.key, x.ref.Batch}
-			st := states[w]
-			if st == nil {
-				if st, err = s.chainState(ctx, x.key, x.ref); err != nil {
-					return nil, err
-				}
-				states[w] = st
-			}
-			if !st.listed[old.ID] {
-				st.records = append(st.records, x.c)
-			}
-		}
-	}
-	// Relistings first: mark each, then list it under the first write's
-	// batch + "r".
-	for w, st := range states {
-		if len(st.records) == 0 {
-			continue
-		}
-		if st.relist == nil {
-			h, err := s.head(ctx, w.key)
-			if err != nil {
-				return nil, err
-			}
-			d := relistDoc{ID: relistID(w.key, w.batch), From: 1, At: time.Now().UTC()}
-			if h != nil {
-				d.From = h.N + 1
-			}
-			if _, err := s.hints.InsertOne(ctx, d); err != nil && !mongox.IsDuplicate(err) {
-				return nil, err
-			}
-		}
-		for _, c := range st.records {
-			add(chainWrite{w.key, w.batch + "r"}, c)
-		}
-	}
-	slices.SortFunc(order, func(a, b chainWrite) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.batch, b.batch)) })
-	for _, w := range order {
-		if s.beforeAppend != nil {
-			if err := s.beforeAppend(ctx, w.key); err != nil {
-				return nil, err
-			}
-		}
-		recs := writes[w]
-		slices.SortStableFunc(recs, func(a, b chunkRec) int { return a.CreatedAt.Compare(b.CreatedAt) })
-		if err := s.appendChunks(ctx, w.key, w.batch, recs); err != nil {
-			return nil, err
-		}
-	}
-	for i := range per {
-		if dup[i] && per[i] == nil {
-			per[i] = logs.ErrDuplicate
-		}
-	}
-	return per, nil
-}
-
-func toChunkRec(id bson.ObjectID, r logs.Record) chunkRec {
-	c := chunkRec{ID: id, AppID: r.AppID, LogBody: r.LogBody, CreatedAt: r.CreatedAt.UTC()}
-	if r.MetricsID != "" {
-		m := r.MetricsID
-		c.MetricsID = &m
-	}
-	return c
-}
-
-// readIDs reads the id documents of the redelivered records (dup), in
-// parallel: each is a lookup by _id, served by the _id index on MongoDB and
-// on the patched FerretDB (pkg/embedded). Not one $in query: FerretDB
-// pushes only _id equality down to SQLite and filters $in in memory over
-// the whole collection.
-func (s *Store) readIDs(ctx context.Context, rs []logs.Record, ids []idDoc, dup []bool, per []error) ([]idDoc, error) {
-	olds := make([]idDoc, len(rs))
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	work := make(chan int)
-	for range 8 {
-		wg.Go(func() {
-			for i := range work {
-				if err := s.ids.FindOne(ctx, bson.M{"_id": ids[i].ID}).Decode(&olds[i]); err != nil {
-					mu.Lock()
-					firstErr = cmp.Or(firstErr, fmt.Errorf("redelivered record %s: %w", rs[i].MsgID, err))
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i := range rs {
-		if dup[i] && per[i] == nil {
-			work <- i
-		}
-	}
-	close(work)
-	wg.Wait()
-	return olds, firstErr
-}

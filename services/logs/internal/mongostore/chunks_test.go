@@ -27,21 +27,28 @@ func newStore(t *testing.T) *mongostore.Store {
 	return st
 }
 
+// testTag is the stream the test records come from.
+const testTag = "0102030405"
+
 // recs makes n records numbered from first, one millisecond apart, of
-// type typ, alternating between two apps.
+// type typ, alternating between two apps, as messages of the stream
+// testTag (sequence k+1, plus a million per type).
 func recs(first, n int, typ string) []logs.Record {
 	out := make([]logs.Record, n)
 	for i := range out {
 		k := first + i
 		app := []string{"A", "B"}[k%2]
 		out[i] = logs.Record{AppID: "app" + app, App: app, Type: typ, LogBody: fmt.Sprint("body ", k), MsgID: fmt.Sprint("msg-", typ, "-", k),
-			CreatedAt: t0.Add(time.Duration(k) * time.Millisecond)}
+			CreatedAt: t0.Add(time.Duration(k) * time.Millisecond), Stream: testTag, Seq: uint64(slices.Index(logs.Types, typ)*1e6 + k + 1)}
 		if k%7 == 0 {
 			out[i].MetricsID = "m7"
 		}
 	}
 	return out
 }
+
+// id is the id of a stream record.
+func id(r logs.Record) string { return logs.StreamRecordID(r.Stream, r.Seq) }
 
 func insert(t *testing.T, st *mongostore.Store, rs []logs.Record) {
 	t.Helper()
@@ -132,15 +139,15 @@ func TestPagesAndCursors(t *testing.T) {
 	}
 	// A cursor 300 records deep, then the next page from the last record.
 	cursor := all[299]
-	got := list(t, st, logs.Query{Type: "log", BeforeID: logs.RecordID(cursor.MsgID), Limit: 50})
+	got := list(t, st, logs.Query{Type: "log", BeforeID: id(cursor), Limit: 50})
 	if !slices.Equal(got, want(249, 299, nil)) {
 		t.Fatalf("before record 299: %.3q", got)
 	}
-	got = list(t, st, logs.Query{Type: "log", AppID: "appB", BeforeID: logs.RecordID(cursor.MsgID), Limit: 3})
+	got = list(t, st, logs.Query{Type: "log", AppID: "appB", BeforeID: id(cursor), Limit: 3})
 	if !slices.Equal(got, []string{"body 297", "body 295", "body 293"}) {
 		t.Fatalf("app cursor: %q", got)
 	}
-	got = list(t, st, logs.Query{Type: "log", BeforeID: logs.RecordID(all[2].MsgID), Limit: 50})
+	got = list(t, st, logs.Query{Type: "log", BeforeID: id(all[2]), Limit: 50})
 	if !slices.Equal(got, []string{"body 1", "body 0"}) {
 		t.Fatalf("cursor near the end: %q", got)
 	}
@@ -163,8 +170,11 @@ func TestPagesAndCursors(t *testing.T) {
 		want error
 	}{
 		{logs.Query{Type: "log", BeforeID: "0123456789abcdef01234567", Limit: 5}, logs.ErrNotFound},
-		{logs.Query{Type: "error", BeforeID: logs.RecordID(cursor.MsgID), Limit: 5}, logs.ErrCursorMismatch},
-		{logs.Query{Type: "log", AppID: "appA", BeforeID: logs.RecordID(cursor.MsgID), Limit: 5}, logs.ErrCursorMismatch},
+		{logs.Query{Type: "log", BeforeID: logs.StreamRecordID(testTag, 999999), Limit: 5}, logs.ErrNotFound},
+		{logs.Query{Type: "log", BeforeID: "0223456789abcdef01234567", Limit: 5}, logs.ErrNotFound},
+		{logs.Query{Type: "log", BeforeID: "ff23456789abcdef01234567", Limit: 5}, logs.ErrNotFound},
+		{logs.Query{Type: "error", BeforeID: id(cursor), Limit: 5}, logs.ErrCursorMismatch},
+		{logs.Query{Type: "log", AppID: "appA", BeforeID: id(cursor), Limit: 5}, logs.ErrCursorMismatch},
 	} {
 		if _, err := st.List(ctx, c.q); !errors.Is(err, c.want) {
 			t.Fatalf("%+v: %v, want %v", c.q, err, c.want)
@@ -172,7 +182,7 @@ func TestPagesAndCursors(t *testing.T) {
 	}
 }
 
-// A write that stops after its id documents (before any chain, or between
+// A write that stops after its claims (before any chain, or between
 // the type chain and the app chain) is completed by the retry of the same
 // records, which lists each record once in every chain; records already
 // complete are not listed again.
@@ -198,6 +208,8 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 			again = append(again, recs(0, 10, "log")...)
 			insert(t, st, again)
 			insert(t, st, batch) // a second redelivery changes nothing
+			// nor does one to a replica that has seen none of it
+			insert(t, mongostore.New(st.Database()), batch)
 			checkOnce(t, st, "", 410)
 			checkOnce(t, st, "appA", 205)
 			checkOnce(t, st, "appB", 205)
@@ -212,7 +224,7 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 				q.Limit = 500
 				full := list(t, st, q)
 				at := slices.Index(full, cur.LogBody)
-				q.BeforeID, q.Limit = logs.RecordID(cur.MsgID), 5
+				q.BeforeID, q.Limit = id(cur), 5
 				if after := list(t, st, q); at < 0 || !slices.Equal(after, full[at+1:min(at+6, len(full))]) {
 					t.Fatalf("%+v: after %q got %q, want %q", q, cur.LogBody, after, full[at+1:min(at+6, len(full))])
 				}
@@ -304,9 +316,19 @@ func TestRecordFieldsRoundTrip(t *testing.T) {
 		if i%3 == 0 {
 			r.MetricsID = fmt.Sprint("metric-", i)
 		}
+		if i < 6 { // the others as if written over HTTP
+			r.Stream, r.Seq = testTag, uint64(100+i)
+		}
 		in = append(in, r)
 	}
-	insert(t, st, in)
+	if per, err := st.InsertBatch(ctx, in); err != nil || slices.ContainsFunc(per, func(e error) bool { return e != nil }) {
+		t.Fatal(err, per)
+	}
+	for i, r := range in {
+		if i < 6 && r.ID != id(r) || len(r.ID) != 24 || slices.ContainsFunc(in[:i], func(o logs.Record) bool { return o.ID == r.ID }) {
+			t.Fatalf("record %d: id %q", i, r.ID)
+		}
+	}
 	other := mongostore.New(st.Database())
 	for _, reader := range []*mongostore.Store{st, other} {
 		for _, appID := range []string{"", apps[0].ID, apps[1].ID} {
@@ -317,7 +339,7 @@ func TestRecordFieldsRoundTrip(t *testing.T) {
 			var want []logs.Record
 			for _, r := range in {
 				if appID == "" || r.AppID == appID {
-					r.ID, r.MsgID = logs.RecordID(r.MsgID), ""
+					r.MsgID, r.Stream, r.Seq = "", "", 0
 					want = append(want, r)
 				}
 			}
@@ -332,5 +354,66 @@ func TestRecordFieldsRoundTrip(t *testing.T) {
 				t.Fatalf("listing %q:\n got %+v\nwant %+v", appID, got, want)
 			}
 		}
+	}
+}
+
+// Records written over HTTP (no stream) are never taken for redeliveries
+// and get ids of their write, which work as cursors in both listings; the
+// stream sequence, not the message id, is a stream record's idempotency
+// key, and it is scoped by the stream tag (a stream made again starts its
+// sequences over).
+func TestHTTPWritesAndStreamTags(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	var web []logs.Record
+	for i := range 30 {
+		r := recs(i, 1, "log")[0]
+		r.Stream, r.Seq = "", 0
+		web = append(web, r)
+	}
+	insert(t, st, web[:10])
+	insert(t, st, web[10:30])
+	insert(t, st, web[10:20]) // the same requests again: new records
+	checkOnce(t, st, "", 40)
+	full := list(t, st, logs.Query{Type: "log", Limit: 100})
+	if want := append(want(10, 20, nil), want(0, 30, nil)...); !slices.Equal(full, want) {
+		t.Fatalf("listing: %q, want %q", full, want)
+	}
+	// Cursors: the ids InsertBatch set.
+	rs := slices.Clone(web[:5])
+	if _, err := st.InsertBatch(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(t, st, logs.Query{Type: "log", BeforeID: rs[3].ID, Limit: 3}); !slices.Equal(got, []string{"body 2", "body 1", "body 0"}) {
+		t.Fatalf("HTTP cursor: %q", got)
+	}
+	if got := list(t, st, logs.Query{Type: "log", AppID: "appA", BeforeID: rs[4].ID, Limit: 3}); !slices.Equal(got, []string{"body 2", "body 0", "body 18"}) {
+		t.Fatalf("HTTP cursor in the app chain: %q", got)
+	}
+	if _, err := st.List(ctx, logs.Query{Type: "log", AppID: "appB", BeforeID: rs[4].ID, Limit: 3}); !errors.Is(err, logs.ErrCursorMismatch) {
+		t.Fatalf("HTTP cursor of another app: %v", err)
+	}
+
+	// The same sequence in two streams: two records; again in one: one.
+	a := recs(100, 1, "error")[0]
+	b := a
+	b.Stream, b.LogBody = "0a0b0c0d0e", "other stream"
+	again := a
+	again.LogBody = "redelivered with another body" // cannot happen; shows the key
+	per, err := st.InsertBatch(ctx, []logs.Record{a, b})
+	if err != nil || per[0] != nil || per[1] != nil {
+		t.Fatal(err, per)
+	}
+	if per, err = st.InsertBatch(ctx, []logs.Record{again}); err != nil || !errors.Is(per[0], logs.ErrDuplicate) {
+		t.Fatalf("same stream and sequence: %v %v, want a duplicate", err, per)
+	}
+	if got := list(t, st, logs.Query{Type: "error", Limit: 10}); !slices.Equal(got, []string{"body 100", "other stream"}) && !slices.Equal(got, []string{"other stream", "body 100"}) {
+		t.Fatalf("error listing: %q", got)
+	}
+	// A record whose stream sequence cannot make an id is refused alone.
+	bad := recs(200, 2, "error")
+	bad[0].Seq = logs.MaxStreamSeq + 1
+	if per, err = st.InsertBatch(ctx, bad); err != nil || per[0] == nil || per[1] != nil {
+		t.Fatalf("bad sequence: %v %v", err, per)
 	}
 }

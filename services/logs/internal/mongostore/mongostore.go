@@ -22,7 +22,7 @@ import (
 // Collection names.
 const (
 	ChunksCollection      = "log_chunks" // records, in chains of chunks (chunks.go)
-	IDsCollection         = "log_ids"    // one id document per record: exactly-once and cursors
+	IDsCollection         = "log_ids"    // one batch document per write and slots of stream sequences (ids.go)
 	HintsCollection       = "log_heads"  // where each chain's newest chunk was last seen
 	AppsCollection        = "log_apps"
 	DeadLettersCollection = "log_dead_letters"
@@ -37,6 +37,7 @@ type Store struct {
 	apps   *mongo.Collection
 	dead   *mongo.Collection
 	heads  heads
+	slots  slots
 
 	chunkMax int // records per chunk (chunkMaxRecords; tests make it small)
 	// beforeAppend, when set (tests), runs before each chain is written.
@@ -59,6 +60,7 @@ func New(db *mongo.Database) *Store {
 		apps:     db.Collection(AppsCollection),
 		dead:     db.Collection(DeadLettersCollection),
 		heads:    heads{n: map[string]headHint{}, claim: map[string]*sync.Mutex{}},
+		slots:    slots{blocks: map[string][]*slotDoc{}, newest: map[string]uint64{}, lock: map[string]*sync.Mutex{}},
 		chunkMax: chunkMaxRecords,
 		appNames: map[string]string{},
 	}
@@ -72,7 +74,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		c     *mongo.Collection
 		model mongo.IndexModel
 	}{
-		{s.ids, mongo.IndexModel{Keys: bson.D{{Key: "c", Value: 1}}, Options: options.Index().SetName("c_time")}},
+		{s.ids, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}}, Options: options.Index().SetName("at_time")}},
 		{s.apps, mongo.IndexModel{Keys: bson.D{{Key: "name", Value: 1}}, Options: options.Index().SetUnique(true).SetName("name_unique")}},
 		{s.dead, mongo.IndexModel{Keys: bson.D{{Key: "receivedAt", Value: -1}}, Options: options.Index().SetName("received")}},
 	}

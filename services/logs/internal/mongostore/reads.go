@@ -194,19 +194,21 @@ func (s *Store) locate(ctx context.Context, q logs.Query, key string) (*chunkDoc
 	if err != nil {
 		return nil, 0, logs.ErrNotFound
 	}
-	var d idDoc
-	if err := s.ids.FindOne(ctx, bson.M{"_id": oid}).Decode(&d); err != nil {
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return nil, 0, logs.ErrNotFound
-		}
+	tr, ar, ok, err := s.whereIs(ctx, oid)
+	if err != nil {
 		return nil, 0, err
 	}
-	if d.Type != q.Type || (q.AppID != "" && d.AppID != q.AppID) {
+	if !ok {
+		return nil, 0, logs.ErrNotFound
+	}
+	typ, _ := splitKey(tr.key)
+	_, appID := splitKey(ar.key)
+	if typ != q.Type || (q.AppID != "" && appID != q.AppID) {
 		return nil, 0, logs.ErrCursorMismatch
 	}
-	r := d.T()
+	r := tr.ref
 	if q.AppID != "" {
-		r = d.A()
+		r = ar.ref
 	}
 	c, i, err := s.findIn(ctx, key, r.N, r.Batch, oid)
 	if c != nil || err != nil {
@@ -255,7 +257,8 @@ func (s *Store) findIn(ctx context.Context, key string, from int64, batch string
 
 // DeleteBefore implements logs.Store: whole chunks whose newest record is
 // older than t go, oldest first, in every chain (the newest chunk of a
-// chain stays: it anchors the positions); then the id documents.
+// chain stays: it anchors the positions); then the batch and slot
+// documents of writes that old.
 func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 	var deleted int64
 	for _, key := range s.chainKeys() {
@@ -289,7 +292,7 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 			}
 		}
 	}
-	if _, err := s.ids.DeleteMany(ctx, bson.M{"c": bson.M{"$lt": t.UTC()}}); err != nil {
+	if _, err := s.ids.DeleteMany(ctx, bson.M{"at": bson.M{"$lt": t.UTC()}}); err != nil {
 		return deleted, err
 	}
 	if _, err := s.hints.DeleteMany(ctx, bson.M{"at": bson.M{"$lt": t.UTC()}}); err != nil {

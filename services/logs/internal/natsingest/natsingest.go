@@ -100,9 +100,22 @@ func Setup(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Con
 	return cons, nil
 }
 
+// Tag returns the logs.StreamTag of the log stream as it is now.
+func Tag(ctx context.Context, js jetstream.JetStream, prefix string) (string, error) {
+	st, err := js.Stream(ctx, StreamName(prefix))
+	if err != nil {
+		return "", fmt.Errorf("stream %s: %w", StreamName(prefix), err)
+	}
+	info := st.CachedInfo()
+	return logs.StreamTag(info.Config.Name, info.Created), nil
+}
+
 // Ingestor writes the stream's messages to the store.
 type Ingestor struct {
-	Consumer  jetstream.Consumer
+	Consumer jetstream.Consumer
+	// StreamTag is Tag of the consumer's stream: with a message's stream
+	// sequence it makes the record's id and idempotency key.
+	StreamTag string
 	Store     logs.Store
 	Validator logs.Validator
 	Config    Config
@@ -119,6 +132,9 @@ type Ingestor struct {
 // and acked) with a context of its own, so cancelling never leaves a
 // written batch waiting for a redelivery it does not need.
 func (in *Ingestor) Run(ctx context.Context) error {
+	if in.StreamTag == "" {
+		return errors.New("natsingest: Ingestor.StreamTag is not set")
+	}
 	// Fetching the next batch overlaps with writing the current one: the
 	// fetcher stays one batch ahead (MaxAckPending leaves room for it).
 	batches := make(chan fetched, 1)
@@ -405,7 +421,10 @@ func (in *Ingestor) parse(m jetstream.Msg) parsed {
 		created = stored
 	}
 	p.record = logs.Record{AppID: app.ID, App: app.Name, Type: msg.Type, LogBody: msg.LogBody, MetricsID: msg.MetricsID,
-		CreatedAt: created.UTC().Truncate(time.Millisecond), MsgID: msgID}
+		CreatedAt: created.UTC().Truncate(time.Millisecond), MsgID: msgID, Stream: in.StreamTag, Seq: seq}
+	if seq == 0 || seq > logs.MaxStreamSeq {
+		return poison(fmt.Sprintf("stream sequence %d cannot make a record id", seq))
+	}
 	return p
 }
 

@@ -53,7 +53,7 @@ func TestCrashBetweenWriteAndAck(t *testing.T) {
 		}
 	}
 	newIngestor := func() *Ingestor {
-		return &Ingestor{Consumer: cons, Store: store, Validator: logs.Validator{Apps: logs.NewApps(apps), MaxBody: 1024},
+		return &Ingestor{Consumer: cons, StreamTag: tagOf(t, s.JS, cfg.Prefix), Store: store, Validator: logs.Validator{Apps: logs.NewApps(apps), MaxBody: 1024},
 			Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	}
 	count := func() int64 {
@@ -189,7 +189,7 @@ func TestRefusedOnLastDeliveryIsDeadLettered(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	in := &Ingestor{Consumer: cons, Store: refusing{store, "refused"}, Validator: logs.Validator{Apps: logs.NewApps(apps), MaxBody: 1024},
+	in := &Ingestor{Consumer: cons, StreamTag: tagOf(t, s.JS, cfg.Prefix), Store: refusing{store, "refused"}, Validator: logs.Validator{Apps: logs.NewApps(apps), MaxBody: 1024},
 		Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	go func() { done <- in.Run(runCtx) }()
 	deadline := time.Now().Add(30 * time.Second)
@@ -230,4 +230,14 @@ func TestRefusedOnLastDeliveryIsDeadLettered(t *testing.T) {
 	if len(rs) != 2 || rs[0].LogBody == "refused" || rs[1].LogBody == "refused" {
 		t.Fatalf("stored: %+v", rs)
 	}
+}
+
+// tagOf is Tag, failing the test on error.
+func tagOf(t *testing.T, js jetstream.JetStream, prefix string) string {
+	t.Helper()
+	tag, err := Tag(context.Background(), js, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
 }

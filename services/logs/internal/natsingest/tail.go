@@ -115,14 +115,21 @@ func (t *Tail) Follow(ctx context.Context, typ, app string, buf int) (*Follower,
 			return nil, fmt.Errorf("tail subscribe: %w", err)
 		}
 	}
-	parser := &Ingestor{Config: t.Config, Validator: t.Validator}
+	tag, err := Tag(ctx, t.JS, t.Config.Prefix)
+	if err != nil {
+		if f.sub != nil {
+			_ = f.sub.Unsubscribe()
+		}
+		return nil, fmt.Errorf("tail: %w", err)
+	}
+	parser := &Ingestor{Config: t.Config, Validator: t.Validator, StreamTag: tag}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		p := parser.parse(m)
 		if p.dead != nil {
 			return // the writer dead-letters it; admins see it under /log/dead
 		}
 		rec := p.record
-		rec.ID = logs.RecordID(rec.MsgID) // the id the stored record has
+		rec.ID = logs.StreamRecordID(rec.Stream, rec.Seq) // the id the stored record has
 		select {
 		case ch <- rec:
 		default:

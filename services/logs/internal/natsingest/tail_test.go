@@ -32,14 +32,18 @@ func TestFollowerDropsWhenBehind(t *testing.T) {
 	}
 	defer f.Stop()
 	const n = 10
+	var seqs []uint64
 	for i := range n {
 		data, _ := json.Marshal(logclient.Message{App: "LOGGING", Type: "log", LogBody: fmt.Sprint(i), CreatedAt: time.Now()})
 		m := &nats.Msg{Subject: logclient.Subject(prefix, "LOGGING", "log"), Data: data, Header: nats.Header{}}
 		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprint("drop-", i))
-		if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+		ack, err := s.JS.PublishMsg(ctx, m)
+		if err != nil {
 			t.Fatal(err)
 		}
+		seqs = append(seqs, ack.Sequence)
 	}
+	tag := tagOf(t, s.JS, prefix)
 	for end := time.Now().Add(10 * time.Second); f.Dropped() < n-3; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("dropped %d, want %d", f.Dropped(), n-3)
@@ -47,7 +51,7 @@ func TestFollowerDropsWhenBehind(t *testing.T) {
 	}
 	for i := range 3 {
 		rec := <-f.C
-		if rec.LogBody != fmt.Sprint(i) || rec.ID != logs.RecordID(fmt.Sprint("drop-", i)) || rec.App != "LOGGING" {
+		if rec.LogBody != fmt.Sprint(i) || rec.ID != logs.StreamRecordID(tag, seqs[i]) || rec.App != "LOGGING" {
 			t.Fatalf("record %d: %+v", i, rec)
 		}
 	}
