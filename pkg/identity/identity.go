@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -78,27 +79,43 @@ func (s *Signer) Sign(c Claims, audience string) (string, error) {
 }
 
 // Verifier checks tokens for one audience.
+//
+// The gateway reuses a token for the same claims during the first half of
+// its lifetime, so a service sees the same token many times; Verify keeps
+// the claims of tokens it verified, keyed by the whole token, until they
+// expire, and checks the signature of a token once (an Ed25519
+// verification costs more than the rest of a small request).
 type Verifier struct {
 	key    ed25519.PublicKey
 	parser *jwt.Parser
+	now    func() time.Time
+
+	mu       sync.Mutex
+	verified map[string]Claims
 }
+
+// leeway is the clock skew allowed between the gateway and a service.
+const leeway = 2 * time.Second
+
+// maxVerified bounds the verified-token cache.
+const maxVerified = 10000
 
 // ErrInvalid is returned for any token that must not be trusted.
 var ErrInvalid = errors.New("invalid identity token")
 
 // NewVerifier returns a Verifier accepting only tokens for audience.
 func NewVerifier(key ed25519.PublicKey, audience string) *Verifier {
-	return &Verifier{
-		key: key,
-		parser: jwt.NewParser(
-			jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
-			jwt.WithAudience(audience),
-			jwt.WithIssuer(Issuer),
-			jwt.WithExpirationRequired(),
-			jwt.WithIssuedAt(),
-			jwt.WithLeeway(2*time.Second),
-		),
-	}
+	v := &Verifier{key: key, now: time.Now, verified: map[string]Claims{}}
+	v.parser = jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
+		jwt.WithAudience(audience),
+		jwt.WithIssuer(Issuer),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(leeway),
+		jwt.WithTimeFunc(func() time.Time { return v.now() }),
+	)
+	return v
 }
 
 // Verify parses and checks a token.
@@ -106,7 +123,19 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 	if token == "" || len(token) > 4096 {
 		return nil, ErrInvalid
 	}
-	var c Claims
+	now := v.now()
+	v.mu.Lock()
+	c, ok := v.verified[token]
+	v.mu.Unlock()
+	if ok {
+		if now.Before(c.ExpiresAt.Add(leeway)) {
+			return &c, nil // a copy: callers cannot change the cached claims
+		}
+		v.mu.Lock()
+		delete(v.verified, token)
+		v.mu.Unlock()
+	}
+	c = Claims{}
 	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.key, nil })
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -114,6 +143,19 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 	if c.Subject != "" && c.Role != RoleUser && c.Role != RoleAdmin {
 		return nil, fmt.Errorf("%w: unknown role", ErrInvalid)
 	}
+	v.mu.Lock()
+	if len(v.verified) >= maxVerified {
+		for k, x := range v.verified {
+			if !now.Before(x.ExpiresAt.Add(leeway)) {
+				delete(v.verified, k)
+			}
+		}
+		if len(v.verified) >= maxVerified {
+			clear(v.verified)
+		}
+	}
+	v.verified[token] = c
+	v.mu.Unlock()
 	return &c, nil
 }
 

@@ -62,3 +62,45 @@ func TestVerifyRefuses(t *testing.T) {
 		}
 	}
 }
+
+// Verify remembers the tokens it verified, but only as what they are: a
+// remembered token expires on time, and a token differing from a
+// remembered one in any byte (its signature, say) is checked afresh.
+func TestVerifiedTokensExpireAndAreExact(t *testing.T) {
+	pubPEM, privPEM := keys(t)
+	priv, _ := ParsePrivateKey(privPEM)
+	pub, _ := ParsePublicKey(pubPEM)
+	v := NewVerifier(pub, "logs")
+	now := time.Now()
+	v.now = func() time.Time { return now }
+	tok, err := NewSigner(priv, 10*time.Second).Sign(Claims{Role: RoleAdmin, RegisteredClaims: jwt.RegisteredClaims{Subject: "u1"}}, "logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		c, err := v.Verify(tok)
+		if err != nil || c.Subject != "u1" || !c.IsAdmin() {
+			t.Fatalf("valid token: %+v %v", c, err)
+		}
+		c.Role = RoleUser // callers get a copy
+	}
+	if c, _ := v.Verify(tok); !c.IsAdmin() {
+		t.Fatal("a caller changed the remembered claims")
+	}
+	// The same claims, another signature (one character changed).
+	i := len(tok) - 5
+	sub := byte('A')
+	if tok[i] == 'A' {
+		sub = 'B'
+	}
+	if _, err := v.Verify(tok[:i] + string(sub) + tok[i+1:]); err == nil {
+		t.Fatal("a token with a changed signature accepted")
+	}
+	now = now.Add(10*time.Second + leeway)
+	if _, err := v.Verify(tok); err == nil {
+		t.Fatal("a remembered token accepted after it expired")
+	}
+	if len(v.verified) != 0 {
+		t.Fatalf("expired token still remembered: %d", len(v.verified))
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -46,8 +47,11 @@ const (
 	// relistWindow: a write lists its records within this time of its
 	// first chunk claim, or not at all.
 	relistWindow = 10 * time.Minute
-	// hintEvery: the head hint document is rewritten every hintEvery chunks.
-	hintEvery = 8
+	// hintEvery: the head hint document is rewritten every hintEvery
+	// chunks (a process new to a chain probes forward from it, doubling
+	// its steps: a few more reads, against one more write per chain and
+	// every hintEvery writes).
+	hintEvery = 64
 )
 
 // recordID is logs.RecordID as an ObjectID.
@@ -316,70 +320,127 @@ func (s *Store) tail(ctx context.Context, key string, head int64) (int64, error)
 	return hi, nil
 }
 
-// appendChunks lists recs (time order) in key's chain as one or more new
-// chunks tagged with batch. ctx ending stops it between chunks: what is
-// not listed will be on redelivery.
-func (s *Store) appendChunks(ctx context.Context, key, batch string, recs []chunkRec) error {
-	unlock := s.heads.lock(key)
-	defer unlock()
-	for len(recs) > 0 {
-		size, k := 0, 0
-		for k < len(recs) && k < s.chunkMax {
-			size += len(recs[k].LogBody) + 160
-			if k > 0 && size > chunkMaxBytes {
-				break
-			}
-			k++
+// chainWrite is one write's records (time order) for one chain, tagged
+// with batch.
+type chainWrite struct {
+	key, batch string
+	recs       []chunkRec
+}
+
+// appendAll lists each chainWrite's records in its chain as new chunks,
+// claimed together in one ordered insert (one transaction on FerretDB, whose
+// cost is per transaction more than per byte). An ordered insert stores a
+// prefix of its documents when it stops, so a write cut short has listed
+// whole chunks, in order; a redelivery lists the rest. When another replica
+// has claimed a chunk number first, the chunks from there on are placed
+// after its chunk and inserted again.
+func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
+	var keys []string
+	for _, w := range ws {
+		if !slices.Contains(keys, w.key) {
+			keys = append(keys, w.key)
 		}
-		part := recs[:k]
-		recs = recs[k:]
+	}
+	slices.Sort(keys) // locked in one order: writes never wait in a cycle
+	for _, k := range keys {
+		defer s.heads.lock(k)()
+	}
+	type part struct {
+		key, batch string
+		recs       []chunkRec
+	}
+	var parts []part
+	for _, w := range ws {
+		for recs := w.recs; len(recs) > 0; {
+			size, k := 0, 0
+			for k < len(recs) && k < s.chunkMax {
+				size += len(recs[k].LogBody) + 160
+				if k > 0 && size > chunkMaxBytes {
+					break
+				}
+				k++
+			}
+			parts = append(parts, part{w.key, w.batch, recs[:k]})
+			recs = recs[k:]
+		}
+	}
+	type place struct{ n, pos int64 }
+	for len(parts) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// Where to claim: after the cached head when this process knows
-		// where the chain ends there, else after the head found by probing.
-		var n, pos int64
-		if h := s.heads.hint(key); h.known {
-			n, pos = h.n+1, h.end
-		} else {
-			prev, err := s.head(ctx, key)
-			if err != nil {
-				return err
+		// Place each part after the chain's head as this process knows it
+		// (or finds it by probing), the parts of one chain one after
+		// another.
+		next := map[string]place{}
+		docs := make([]any, 0, len(parts))
+		var stop error
+		for _, p := range parts {
+			if s.beforeAppend != nil {
+				if stop = s.beforeAppend(ctx, p.key); stop != nil {
+					break
+				}
 			}
-			n = 1
-			if prev != nil {
-				n, pos = prev.N+1, prev.end()
+			at, ok := next[p.key]
+			if !ok {
+				if h := s.heads.hint(p.key); h.known {
+					at = place{h.n + 1, h.end}
+				} else {
+					prev, err := s.head(ctx, p.key)
+					if err != nil {
+						return err
+					}
+					at = place{1, 0}
+					if prev != nil {
+						at = place{prev.N + 1, prev.end()}
+					}
+				}
 			}
-		}
-		for {
-			c := chunkDoc{ID: chunkID(key, n), Key: key, N: n, Pos: pos, Batch: batch, At: time.Now().UTC(), Records: part,
-				Count: int64(len(part)), MinAt: part[0].CreatedAt, MaxAt: part[0].CreatedAt}
-			for _, r := range part {
+			c := chunkDoc{ID: chunkID(p.key, at.n), Key: p.key, N: at.n, Pos: at.pos, Batch: p.batch, At: time.Now().UTC(),
+				Records: p.recs, Count: int64(len(p.recs)), MinAt: p.recs[0].CreatedAt, MaxAt: p.recs[0].CreatedAt}
+			for _, r := range p.recs {
 				c.MinAt = minTime(c.MinAt, r.CreatedAt)
 				c.MaxAt = maxTime(c.MaxAt, r.CreatedAt)
 			}
-			_, err := s.chunks.InsertOne(ctx, c)
-			if err == nil {
-				s.heads.saw(&c)
-				if c.N%hintEvery == 0 || c.N == 1 {
-					s.hint(ctx, key, c.N)
-				}
-				break
-			}
-			if !mongox.IsDuplicate(err) {
-				return err
-			}
-			// Another replica claimed n: read its chunk and go after it.
-			next, err := s.chunk(ctx, key, n)
-			if err != nil {
-				return err
-			}
-			if next == nil {
-				return fmt.Errorf("chunk %s: duplicate key but not found", c.ID)
-			}
-			s.heads.saw(next)
-			n, pos = next.N+1, next.end()
+			docs = append(docs, c)
+			next[p.key] = place{at.n + 1, c.end()}
 		}
+		stored, lost := len(docs), -1
+		if len(docs) > 0 {
+			if _, err := s.chunks.InsertMany(ctx, docs, options.InsertMany().SetOrdered(true)); err != nil {
+				var bwe mongo.BulkWriteException
+				if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) != 1 {
+					return err
+				}
+				we := bwe.WriteErrors[0]
+				if we.Index < 0 || we.Index >= len(docs) || !(isDuplicateCode(we.Code) || mongox.IsDuplicate(errors.New(we.Message))) {
+					return err
+				}
+				stored, lost = we.Index, we.Index
+			}
+		}
+		for _, d := range docs[:stored] {
+			c := d.(chunkDoc)
+			s.heads.saw(&c)
+			if c.N%hintEvery == 0 || c.N == 1 {
+				s.hint(ctx, c.Key, c.N)
+			}
+		}
+		if lost < 0 {
+			return stop // nil: all listed
+		}
+		// Another replica claimed that number: learn its chunk, and place
+		// the rest after it.
+		c := docs[lost].(chunkDoc)
+		other, err := s.chunk(ctx, c.Key, c.N)
+		if err != nil {
+			return err
+		}
+		if other == nil {
+			return fmt.Errorf("chunk %s: duplicate key but not found", c.ID)
+		}
+		s.heads.saw(other)
+		parts = parts[lost:]
 	}
 	return nil
 }

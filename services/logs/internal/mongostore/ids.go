@@ -459,16 +459,16 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 		return nil, err
 	}
 
-	type chainWrite struct{ key, batch string }
-	writes := map[chainWrite][]chunkRec{}
-	var order []chainWrite
-	add := func(w chainWrite, c chunkRec) {
+	type chainBatch struct{ key, batch string }
+	writes := map[chainBatch][]chunkRec{}
+	var order []chainBatch
+	add := func(w chainBatch, c chunkRec) {
 		if _, ok := writes[w]; !ok {
 			order = append(order, w)
 		}
 		writes[w] = append(writes[w], c)
 	}
-	states := map[chainWrite]*chainState{} // by chain and first write
+	states := map[chainBatch]*chainState{} // by chain and first write
 	firstWrites := map[string]*batchDoc{}
 	for i, r := range rs {
 		if per[i] != nil {
@@ -479,8 +479,8 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 		inApp.AppID = ""
 		o, dup := olds[i]
 		if !dup {
-			add(chainWrite{typeKey(r.Type), batch}, c)
-			add(chainWrite{appKey(r.AppID, r.Type), batch}, inApp)
+			add(chainBatch{typeKey(r.Type), batch}, c)
+			add(chainBatch{appKey(r.AppID, r.Type), batch}, inApp)
 			continue
 		}
 		// A redelivery (the same message: the same record): each chain is
@@ -504,7 +504,7 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 			at chainRef
 			c  chunkRec
 		}{{tr, c}, {ar, inApp}} {
-			w := chainWrite{x.at.key, x.at.ref.Batch}
+			w := chainBatch{x.at.key, x.at.ref.Batch}
 			st := states[w]
 			if st == nil {
 				if st, err = s.chainState(ctx, x.at.key, x.at.ref); err != nil {
@@ -537,21 +537,18 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 			}
 		}
 		for _, c := range st.records {
-			add(chainWrite{w.key, w.batch + "r"}, c)
+			add(chainBatch{w.key, w.batch + "r"}, c)
 		}
 	}
-	slices.SortFunc(order, func(a, b chainWrite) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.batch, b.batch)) })
-	for _, w := range order {
-		if s.beforeAppend != nil {
-			if err := s.beforeAppend(ctx, w.key); err != nil {
-				return nil, err
-			}
-		}
+	slices.SortFunc(order, func(a, b chainBatch) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.batch, b.batch)) })
+	ws := make([]chainWrite, len(order))
+	for i, w := range order {
 		recs := writes[w]
 		slices.SortStableFunc(recs, func(a, b chunkRec) int { return a.CreatedAt.Compare(b.CreatedAt) })
-		if err := s.appendChunks(ctx, w.key, w.batch, recs); err != nil {
-			return nil, err
-		}
+		ws[i] = chainWrite{w.key, w.batch, recs}
+	}
+	if err := s.appendAll(ctx, ws); err != nil {
+		return nil, err
 	}
 	return per, nil
 }
