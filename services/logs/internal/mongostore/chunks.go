@@ -550,4 +550,3 @@ func (s *Store) chainState(ctx context.Context, key string, r ref) (*chainState,
 	}
 	return st, nil
 }
-
