@@ -154,7 +154,9 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 			clear(v.verified)
 		}
 	}
-	v.verified[token] = c
+	// A copy: token may point into a request buffer the server reuses
+	// (Fiber's c.Get), which would change the key under the map.
+	v.verified[strings.Clone(token)] = c
 	v.mu.Unlock()
 	return &c, nil
 }

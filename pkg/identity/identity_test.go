@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -102,5 +103,44 @@ func TestVerifiedTokensExpireAndAreExact(t *testing.T) {
 	}
 	if len(v.verified) != 0 {
 		t.Fatalf("expired token still remembered: %d", len(v.verified))
+	}
+}
+
+// The token a server passes may point into a request buffer it reuses for
+// the next request (Fiber's c.Get does): what Verify remembers must not
+// change with it, or the next request's token would find the claims of the
+// previous one.
+func TestVerifiedTokenKeysAreCopies(t *testing.T) {
+	pubPEM, privPEM := keys(t)
+	priv, _ := ParsePrivateKey(privPEM)
+	pub, _ := ParsePublicKey(pubPEM)
+	v := NewVerifier(pub, "auth")
+	sign := func(sub string) string {
+		tok, err := NewSigner(priv, time.Minute).Sign(Claims{Role: RoleUser, RegisteredClaims: jwt.RegisteredClaims{Subject: sub}}, "auth")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	first, second := sign("user-1"), sign("user-2")
+	if len(first) != len(second) {
+		t.Skip("tokens of different lengths")
+	}
+	buf := []byte(first)
+	if c, err := v.Verify(unsafe.String(&buf[0], len(buf))); err != nil || c.Subject != "user-1" {
+		t.Fatalf("first: %+v %v", c, err)
+	}
+	copy(buf, second) // the buffer now holds the next request
+	v.mu.Lock()
+	c, ok := v.verified[first]
+	v.mu.Unlock()
+	if !ok || c.Subject != "user-1" {
+		t.Fatal("the remembered token changed with the request buffer")
+	}
+	if c, err := v.Verify(unsafe.String(&buf[0], len(buf))); err != nil || c.Subject != "user-2" {
+		t.Fatalf("second token read as %+v (%v), want user-2", c, err)
+	}
+	if c, err := v.Verify(first); err != nil || c.Subject != "user-1" {
+		t.Fatalf("first again: %+v %v", c, err)
 	}
 }
