@@ -26,9 +26,10 @@ import (
 // handles the PONG, and Sync then waits until every message on the channel
 // has been applied. A request that arrives after a sign-out answered
 // therefore never sees the signed-out session in the cache. Concurrent
-// requests share one round trip (a request waits for the first one that
-// starts after it arrived), so the cost is one NATS round trip of latency
-// (tens of microseconds on a LAN), not one per request.
+// requests share round trips (a request joins the next one to start, and a
+// new one starts at once unless maxRounds are in flight), so the cost is
+// about one NATS round trip of latency (tens of microseconds on a LAN), not
+// one per request.
 //
 // When the round trip fails (NATS away) the resolver asks auth for every
 // request, which is also exact. After a reconnect or a dropped message
@@ -48,10 +49,11 @@ type Revocations struct {
 	applied   int64 // messages taken off ch and applied
 	appliedC  *sync.Cond
 
-	mu      sync.Mutex
-	waiting []chan error
-	running bool
+	mu       sync.Mutex
+	open     *round // the round requests join; its PING is not sent yet
+	inflight int    // rounds running (at most maxRounds)
 	// what Sync saw last: reconnects and dropped messages clear the cache.
+	seenMu     sync.Mutex
 	reconnects uint64
 	dropped    int
 	stop, done chan struct{}
@@ -109,11 +111,15 @@ func (rv *Revocations) Close() {
 func (rv *Revocations) Sync(ctx context.Context) error {
 	w := make(chan error, 1)
 	rv.mu.Lock()
-	rv.waiting = append(rv.waiting, w)
-	if !rv.running {
-		rv.running = true
-		go rv.syncLoop()
+	if rv.open == nil {
+		rv.open = &round{}
+		if rv.inflight < maxRounds {
+			rv.inflight++
+			rv.open.running = true
+			go rv.run(rv.open)
+		}
 	}
+	rv.open.waiting = append(rv.open.waiting, w)
 	rv.mu.Unlock()
 	select {
 	case err := <-w:
@@ -123,23 +129,41 @@ func (rv *Revocations) Sync(ctx context.Context) error {
 	}
 }
 
-// syncLoop runs round trips while requests wait; each round serves the
-// requests that were waiting when it started.
-func (rv *Revocations) syncLoop() {
-	for {
+// A round is one round trip and the requests it serves: those that joined
+// before its PING was sent.
+type round struct {
+	waiting []chan error
+	running bool
+}
+
+// maxRounds bounds the round trips in flight at once. Rounds overlap: a
+// request that arrives while one is in flight starts the next at once
+// rather than waiting for it to end, so a request waits about one round
+// trip, not one and a half.
+const maxRounds = 4
+
+// run runs round r, then the open round if no other goroutine has taken it.
+func (rv *Revocations) run(r *round) {
+	for r != nil {
 		rv.mu.Lock()
-		ws := rv.waiting
-		rv.waiting = nil
-		if len(ws) == 0 {
-			rv.running = false
-			rv.mu.Unlock()
-			return
+		if rv.open == r {
+			rv.open = nil // closed: later requests need a later PING
 		}
+		ws := r.waiting
 		rv.mu.Unlock()
 		err := rv.roundTrip()
 		for _, w := range ws {
 			w <- err
 		}
+		rv.mu.Lock()
+		r = nil
+		if rv.open != nil && !rv.open.running {
+			r = rv.open
+			r.running = true
+		} else {
+			rv.inflight--
+		}
+		rv.mu.Unlock()
 	}
 }
 
@@ -175,9 +199,11 @@ func (rv *Revocations) roundTrip() error {
 		return errors.New("revocations: applying took too long")
 	}
 	// Messages missed while disconnected, or dropped by a full channel:
-	// forget everything cached (only this goroutine touches these fields).
+	// forget everything cached.
 	reconnects := rv.nc.Stats().Reconnects
 	dropped, _ := rv.sub.Dropped()
+	rv.seenMu.Lock()
+	defer rv.seenMu.Unlock()
 	if reconnects != rv.reconnects || dropped != rv.dropped {
 		rv.log.Warn("revocations may have been missed; session cache cleared",
 			"reconnects", reconnects, "dropped", dropped)
