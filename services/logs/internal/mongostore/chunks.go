@@ -217,15 +217,20 @@ func (s *Store) chunk(ctx context.Context, key string, n int64) (*chunkDoc, erro
 	if n < 1 {
 		return nil, nil
 	}
-	var c chunkDoc
-	err := s.chunks.FindOne(ctx, bson.M{"_id": chunkID(key, n)}).Decode(&c)
+	return byID[chunkDoc](ctx, s.chunks, chunkID(key, n))
+}
+
+// byID reads the document with _id id from coll (nil when there is none).
+func byID[T any](ctx context.Context, coll *mongo.Collection, id string) (*T, error) {
+	var d T
+	err := coll.FindOne(ctx, bson.M{"_id": id}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return &d, nil
 }
 
 // head finds the newest chunk of key (nil for an empty chain): from the

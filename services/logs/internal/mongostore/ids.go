@@ -244,18 +244,14 @@ func ownerIn(ss []*slotDoc, seq uint64) (owner, bool) {
 
 // readSlot reads slot k of block (nil when there is none).
 func (s *Store) readSlot(ctx context.Context, block string, k int) (*slotDoc, error) {
-	var d slotDoc
-	err := s.ids.FindOne(ctx, bson.M{"_id": slotID(block, k)}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err != nil {
+	d, err := byID[slotDoc](ctx, s.ids, slotID(block, k))
+	if err != nil || d == nil {
 		return nil, err
 	}
 	if err := d.decode(); err != nil {
 		return nil, err
 	}
-	return &d, nil
+	return d, nil
 }
 
 // allSlots returns every slot of block: the cached ones, then read on
@@ -368,15 +364,7 @@ func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]str
 
 // readBatch reads a write's batch document (nil when there is none).
 func (s *Store) readBatch(ctx context.Context, batch string) (*batchDoc, error) {
-	var d batchDoc
-	err := s.ids.FindOne(ctx, bson.M{"_id": batchDocID(batch)}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &d, nil
+	return byID[batchDoc](ctx, s.ids, batchDocID(batch))
 }
 
 // whereIs finds the write that took record id and the chains it meant to
