@@ -417,3 +417,26 @@ func TestHTTPWritesAndStreamTags(t *testing.T) {
 		t.Fatalf("bad sequence: %v %v", err, per)
 	}
 }
+
+// A redelivery, or a cursor, of a sequence far behind the newest (older than
+// the slots a process keeps in memory) is still recognised, by reading its
+// block's slots again.
+func TestOldSequencesBeyondTheSlotCache(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	old := recs(0, 10, "log")
+	insert(t, st, old)
+	far := recs(10, 10, "log")
+	for i := range far {
+		far[i].Seq += 200 * 1024 // 200 blocks of sequences later
+	}
+	insert(t, st, far)
+	per, err := st.InsertBatch(ctx, slices.Clone(old))
+	if err != nil || slices.ContainsFunc(per, func(e error) bool { return !errors.Is(e, logs.ErrDuplicate) }) {
+		t.Fatalf("old redelivery: %v %v, want duplicates", err, per)
+	}
+	checkOnce(t, st, "", 20)
+	if got := list(t, st, logs.Query{Type: "log", BeforeID: id(old[3]), Limit: 5}); !slices.Equal(got, want(0, 3, nil)) {
+		t.Fatalf("old cursor: %q", got)
+	}
+}

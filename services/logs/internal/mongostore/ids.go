@@ -49,8 +49,9 @@ import (
 const slotBlock = 1024
 
 // slotCacheBlocks: blocks further than this behind the newest one seen are
-// dropped from the cache (a redelivery that old reads its slots again).
-const slotCacheBlocks = 256
+// dropped from the cache, and not cached when read (a redelivery or a
+// cursor that old reads its slots again). About 1 MiB of slots at most.
+const slotCacheBlocks = 64
 
 // batchDoc is a write's intent.
 type batchDoc struct {
@@ -180,16 +181,17 @@ func (c *slots) get(block string) []*slotDoc {
 	return c.blocks[block]
 }
 
-// add records slot k of block (ignored unless it is the next one).
+// add records slot k of block (ignored unless it is the next one, or when
+// the block is old).
 func (c *slots) add(block string, k int, d *slotDoc) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.blocks[block]) != k-1 {
+	tag, num, _ := strings.Cut(block, "|")
+	b, _ := strconv.ParseUint(num, 10, 64)
+	if len(c.blocks[block]) != k-1 || b+slotCacheBlocks < c.newest[tag] {
 		return
 	}
 	c.blocks[block] = append(c.blocks[block], d)
-	tag, num, _ := strings.Cut(block, "|")
-	b, _ := strconv.ParseUint(num, 10, 64)
 	if b > c.newest[tag] {
 		c.newest[tag] = b
 		for key := range c.blocks {
@@ -257,13 +259,14 @@ func (s *Store) readSlot(ctx context.Context, block string, k int) (*slotDoc, er
 // allSlots returns every slot of block: the cached ones, then read on
 // until one is missing.
 func (s *Store) allSlots(ctx context.Context, block string) ([]*slotDoc, error) {
+	have := s.slots.get(block)
 	for {
-		have := s.slots.get(block)
 		d, err := s.readSlot(ctx, block, len(have)+1)
 		if err != nil || d == nil {
 			return have, err
 		}
-		s.slots.add(block, len(have)+1, d)
+		have = append(have[:len(have):len(have)], d)
+		s.slots.add(block, len(have), d)
 	}
 }
 
@@ -288,6 +291,17 @@ func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]str
 	batch := strings.TrimPrefix(bd.ID, "b|")
 	olds := map[int]owner{}
 	pending := blocks
+	// known: the slots of each block from 1 on, as far as this write has
+	// seen them (the cache's, then what it claims or finds claimed); the
+	// cache may drop a block meanwhile, this may not.
+	known := map[string][]*slotDoc{}
+	for _, b := range blocks {
+		known[b] = s.slots.get(b)
+	}
+	learn := func(b string, d *slotDoc) {
+		known[b] = append(known[b][:len(known[b]):len(known[b])], d)
+		s.slots.add(b, len(known[b]), d)
+	}
 	withBatch := true // the batch document is still to insert (docs[0])
 	type claimed struct {
 		block string
@@ -303,7 +317,7 @@ func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]str
 			docs = append(docs, bd)
 		}
 		for _, b := range pending {
-			have := s.slots.get(b)
+			have := known[b]
 			d := &slotDoc{Batch: batch, At: bd.At, seqs: map[uint64]uint32{}}
 			for _, x := range byBlock[b] {
 				if o, ok := ownerIn(have, x.seq); ok {
@@ -342,7 +356,7 @@ func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]str
 		pending = pending[:0:0]
 		for j, c := range claims {
 			if j+off < done {
-				s.slots.add(c.block, c.k, c.d)
+				learn(c.block, c.d)
 			} else {
 				pending = append(pending, c.block)
 			}
@@ -357,7 +371,7 @@ func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]str
 			if d == nil {
 				return nil, fmt.Errorf("slot %s: duplicate key but not found", lost.d.ID)
 			}
-			s.slots.add(lost.block, lost.k, d)
+			learn(lost.block, d)
 		}
 	}
 }
