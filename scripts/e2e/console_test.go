@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // chromiumPath is Debian's Chromium (apt-get install chromium; .ci/run
@@ -25,7 +27,8 @@ const chromiumPath = "/usr/bin/chromium"
 // playwright-core (browser/console.mjs): sign in (a wrong password first),
 // edit the profile, upload a file and download it, and, as the
 // administrator, watch a record published on NATS appear in the live tail
-// within a second. Screenshots of every page go to artifacts/console/.
+// within a second and a message that can never be a record appear among the
+// dead letters. Screenshots of every page go to artifacts/console/.
 //
 // It fails, not skips, when node, Chromium or the npm packages are missing
 // (`make test` runs `npm ci` first); set CONSOLE_BROWSER=skip to skip it on
@@ -78,6 +81,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lc.Close(context.Background())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -109,6 +116,17 @@ func TestConsoleInBrowser(t *testing.T) {
 		if body, ok := strings.CutPrefix(line, "publish "); ok {
 			if !lc.Log("SERVER-APP-A", logclient.TypeError, body, "console-e2e") {
 				t.Error("logclient refused the record")
+			}
+			fmt.Fprintln(stdin, "published")
+		}
+		if text, ok := strings.CutPrefix(line, "poison "); ok {
+			// Valid JSON with a field the payload does not have: the writer
+			// dead-letters it.
+			data, _ := json.Marshal(map[string]string{"marker": text})
+			m := &nats.Msg{Subject: logclient.Subject(lv.(launch).servers.SubjectPrefix, "SERVER-APP-A", "log"), Data: data, Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, "console-poison-"+text)
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Errorf("publish the poison message: %v", err)
 			}
 			fmt.Fprintln(stdin, "published")
 		}

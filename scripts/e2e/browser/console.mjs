@@ -24,6 +24,14 @@ async function publish(body) {
   assert.ok(!done && value === 'published', 'no publish confirmation from the Go test');
 }
 
+// poison has the Go test publish a message that can never be a record,
+// carrying text.
+async function poison(text) {
+  console.log('poison ' + text);
+  const { value, done } = await stdinLines.next();
+  assert.ok(!done && value === 'published', 'no publish confirmation from the Go test');
+}
+
 // A 2×2 PNG written by the Go test, for the avatar.
 const png = await readFile(env('AVATAR_PNG'));
 
@@ -236,6 +244,24 @@ try {
     assert.ok(i < 20, 'the published record was never listed');
     await adm.waitForTimeout(250);
   }
+
+  // Dead letters: a message that can never be a record is listed with its
+  // reason, and its payload is shown.
+  step = 'admin dead letters';
+  const marker = 'not a log record ' + Date.now();
+  await poison(marker);
+  const dead = adm.getByRole('table', { name: 'Dead letters' });
+  for (let i = 0; ; i++) {
+    await adm.getByRole('button', { name: 'Refresh dead letters' }).click();
+    await adm.waitForTimeout(250);
+    if (await dead.getByRole('button', { name: /unknown field/ }).count()) break;
+    assert.ok(i < 20, 'the poison message was never listed');
+  }
+  await dead.getByRole('button', { name: /unknown field/ }).first().click();
+  await adm.locator('#log-details pre').filter({ hasText: marker }).waitFor();
+  await adm.locator('#log-details').getByText('Dead letter', { exact: true }).waitFor();
+  log('dead letters ok');
+
   await adm.locator('#log-details').evaluate((el) => { el.hidden = true; });
   await adm.locator('#status').evaluate((el) => { el.textContent = ''; });
   await shot(adm, '06-logs');

@@ -29,8 +29,8 @@ export async function logsPage(main) {
     h('td', {}, fmtDate(r.createdAt)), h('td', {}, r.app), h('td', {}, h('span', { class: 'tag' }, r.type)),
     h('td', { class: 'clip' }, h('button', { type: 'button', class: 'link', title: 'Show the whole record', onclick: () => showRecord(r) },
       r.logBody.length > 140 ? r.logBody.slice(0, 140) + '…' : r.logBody || '(empty)')));
-  const table = (tbody, label) => h('div', { class: 'scroll' }, h('table', { 'aria-label': label },
-    h('thead', {}, h('tr', {}, ['Time', 'Application', 'Type', 'Body'].map(t => h('th', { scope: 'col' }, t)))), tbody));
+  const table = (tbody, label, heads = ['Time', 'Application', 'Type', 'Body']) => h('div', { class: 'scroll' }, h('table', { 'aria-label': label },
+    h('thead', {}, h('tr', {}, heads.map(t => h('th', { scope: 'col' }, t)))), tbody));
 
   // Listing: type, app, time range, pages.
   let page = 1;
@@ -117,6 +117,47 @@ export async function logsPage(main) {
     liveState.textContent = paused ? 'paused' : 'live';
   });
 
+  // Dead letters: stream messages the writer can never store (GET /log/dead).
+  let deadPage = 1;
+  const DEAD_LIMIT = 20;
+  const deadErr = errorBox();
+  const deadBody = h('tbody');
+  const deadPager = h('div', { class: 'pager' });
+  function showDead(d) {
+    details.replaceChildren(
+      h('h2', { id: 'ld-title', tabindex: -1 }, 'Dead letter'),
+      h('dl', { class: 'facts' },
+        h('dt', {}, 'Received'), h('dd', {}, fmtDate(d.receivedAt)),
+        h('dt', {}, 'Subject'), h('dd', {}, d.subject),
+        h('dt', {}, 'Stream message'), h('dd', {}, d.id),
+        h('dt', {}, 'Message id'), h('dd', {}, d.msgId || '—'),
+        h('dt', {}, 'Deliveries'), h('dd', {}, String(d.deliveries)),
+        h('dt', {}, 'Reason'), h('dd', {}, d.reason)),
+      h('pre', { class: 'body', tabindex: 0, 'aria-label': 'Message payload' }, d.data || '(empty)'),
+      h('button', { type: 'button', onclick: () => { details.hidden = true; } }, 'Close'));
+    details.hidden = false;
+    details.querySelector('h2').focus();
+  }
+  const deadRow = (d) => h('tr', {},
+    h('td', {}, fmtDate(d.receivedAt)), h('td', {}, d.subject),
+    h('td', { class: 'clip' }, h('button', { type: 'button', class: 'link', title: 'Show the whole message', onclick: () => showDead(d) },
+      d.reason.length > 140 ? d.reason.slice(0, 140) + '…' : d.reason)),
+    h('td', {}, String(d.deliveries)));
+  async function loadDead() {
+    deadErr.show('');
+    try {
+      const r = await api('GET', `/log/dead?page=${deadPage}&limit=${DEAD_LIMIT}`);
+      deadBody.replaceChildren(...r.deadLetters.map(deadRow));
+      if (!r.deadLetters.length) deadBody.append(h('tr', {}, h('td', { colspan: 4 }, 'No dead letters.')));
+      deadPager.replaceChildren(
+        h('button', { type: 'button', disabled: deadPage <= 1, onclick: () => { deadPage--; loadDead(); } }, '← Newer'),
+        h('span', {}, 'Page ' + deadPage),
+        h('button', { type: 'button', disabled: r.deadLetters.length < DEAD_LIMIT, onclick: () => { deadPage++; loadDead(); } }, 'Older →'));
+    } catch (e) {
+      deadErr.show(e.message);
+    }
+  }
+
   main.append(
     h('section', { class: 'card', 'aria-labelledby': 'l-title' },
       h('h1', { id: 'l-title' }, 'Logs'), filters, err, table(tbody, 'Log records'), pager),
@@ -125,7 +166,13 @@ export async function logsPage(main) {
       h('div', { class: 'toolbar' }, tailType, startBtn, pauseBtn, liveState),
       h('p', { class: 'note' }, 'New records published to the log stream appear here as they arrive (the application selector above applies).'),
       table(liveBody, 'Live records')),
+    h('section', { class: 'card', 'aria-labelledby': 'dl-title' },
+      h('h2', { id: 'dl-title' }, 'Dead letters'),
+      h('p', { class: 'note' }, 'Messages from the log stream that can never become records (malformed, unknown application or type, refused on every delivery), kept for inspection, newest first.'),
+      h('div', { class: 'toolbar' }, h('button', { type: 'button', id: 'dead-refresh', onclick: () => { deadPage = 1; loadDead(); } }, 'Refresh dead letters')),
+      deadErr, table(deadBody, 'Dead letters', ['Received', 'Subject', 'Reason', 'Deliveries']), deadPager),
     details);
   load();
+  loadDead();
   return stop;
 }
