@@ -57,6 +57,9 @@ type Revocations struct {
 	reconnects uint64
 	dropped    int
 	stop, done chan struct{}
+	// applyDelay, when set (tests), slows applying each message, so that
+	// applying lags behind delivery as it can under load.
+	applyDelay time.Duration
 }
 
 // NewRevocations subscribes to subject on nc and applies every revocation
@@ -83,6 +86,9 @@ func (rv *Revocations) applyLoop() {
 		case m = <-rv.ch:
 		case <-rv.stop:
 			return
+		}
+		if rv.applyDelay > 0 {
+			time.Sleep(rv.applyDelay)
 		}
 		var rev Revocation
 		if err := json.Unmarshal(m.Data, &rev); err != nil {
