@@ -46,7 +46,7 @@ func TestSyncAppliesEverythingPublishedBefore(t *testing.T) {
 	}
 	defer rv.Close()
 	rv.applyDelay = 300 * time.Microsecond // applying lags behind delivery
-	if err := gw.Flush(); err != nil { // the subscription is registered
+	if err := gw.Flush(); err != nil {     // the subscription is registered
 		t.Fatal(err)
 	}
 
