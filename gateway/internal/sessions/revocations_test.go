@@ -46,7 +46,8 @@ func TestSyncAppliesEverythingPublishedBefore(t *testing.T) {
 	}
 	defer rv.Close()
 	rv.applyDelay = 300 * time.Microsecond // applying lags behind delivery
-	if err := gw.Flush(); err != nil {     // the subscription is registered
+	// The subscription is registered on the server.
+	if err := gw.Flush(); err != nil {
 		t.Fatal(err)
 	}
 
