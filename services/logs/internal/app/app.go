@@ -206,7 +206,8 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if s.IngestEnabled {
-		in := &natsingest.Ingestor{Consumer: cons, StreamTag: tag, Store: store, Validator: validator, Config: s.Ingest, Log: log, Meter: meter}
+		in := &natsingest.Ingestor{Consumer: cons, StreamTag: tag,
+			RefreshTag: func(ctx context.Context) (string, error) { return natsingest.Tag(ctx, js, s.Prefix) }, Store: store, Validator: validator, Config: s.Ingest, Log: log, Meter: meter}
 		wg.Go(func() {
 			if err := in.Run(bg); err != nil {
 				log.Error("ingest stopped", "err", err)

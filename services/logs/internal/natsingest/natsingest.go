@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/acme/platform/pkg/logclient"
@@ -116,16 +117,49 @@ type Ingestor struct {
 	// StreamTag is Tag of the consumer's stream: with a message's stream
 	// sequence it makes the record's id and idempotency key.
 	StreamTag string
-	Store     logs.Store
-	Validator logs.Validator
-	Config    Config
-	Log       *slog.Logger
-	Meter     Meter // may be nil
+	// RefreshTag, when set, reads StreamTag again (Tag). Run calls it after
+	// a fetch failed (the consumer may have gone with its stream, and a
+	// stream made again under the same name starts its sequences over: the
+	// old tag would take its messages for redeliveries of the old ones) and
+	// at least every tagCheckEvery.
+	RefreshTag func(context.Context) (string, error)
+	Store      logs.Store
+	Validator  logs.Validator
+	Config     Config
+	Log        *slog.Logger
+	Meter      Meter // may be nil
 
 	// afterWrite, when set (tests), runs after a batch is written and before
 	// it is acked; returning true abandons the batch unacked, as a crash
 	// at that point would.
 	afterWrite func(n int) bool
+
+	tagStale   atomic.Bool // a fetch failed since the tag was read
+	tagChecked time.Time
+}
+
+// tagCheckEvery bounds how long Run trusts StreamTag without reading it.
+const tagCheckEvery = time.Second
+
+// checkTag reads the stream tag again when it may have changed; false: it
+// could not, and the batch must wait.
+func (in *Ingestor) checkTag(ctx context.Context) bool {
+	if in.RefreshTag == nil || (!in.tagStale.Load() && time.Since(in.tagChecked) < tagCheckEvery) {
+		return true
+	}
+	in.tagStale.Store(false)
+	tag, err := in.RefreshTag(ctx)
+	if err != nil {
+		in.tagStale.Store(true)
+		in.Log.Warn("ingest: cannot read the stream tag; batch given back", "err", err)
+		return false
+	}
+	if tag != in.StreamTag {
+		in.Log.Warn("ingest: the stream was made again; new stream tag", "old", in.StreamTag, "new", tag)
+		in.StreamTag = tag
+	}
+	in.tagChecked = time.Now()
+	return true
 }
 
 // Run consumes until ctx ends. A batch already fetched is finished (written
@@ -144,9 +178,15 @@ func (in *Ingestor) Run(ctx context.Context) error {
 		defer close(batches)
 		in.fetch(fctx, batches)
 	}()
+	in.tagChecked = time.Now()
 	for b := range batches {
 		if ctx.Err() != nil {
 			nakAll(b.msgs) // fetched but not started: give them back at once
+			continue
+		}
+		if !in.checkTag(ctx) {
+			nakAll(b.msgs)
+			sleep(ctx, time.Second)
 			continue
 		}
 		if err := in.process(ctx, b); err != nil {
@@ -175,6 +215,7 @@ func (in *Ingestor) fetch(ctx context.Context, out chan<- fetched) {
 		batch, err := in.Consumer.Fetch(in.Config.BatchSize, jetstream.FetchMaxWait(in.Config.FetchWait))
 		if err != nil {
 			fail++
+			in.tagStale.Store(true)
 			in.Log.Warn("ingest: fetch failed", "err", err)
 			sleep(ctx, min(time.Duration(fail)*200*time.Millisecond, 5*time.Second))
 			continue
@@ -185,6 +226,7 @@ func (in *Ingestor) fetch(ctx context.Context, out chan<- fetched) {
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			fail++
+			in.tagStale.Store(true)
 			in.Log.Warn("ingest: fetch ended with error", "err", err, "messages", len(msgs))
 			if len(msgs) == 0 {
 				sleep(ctx, min(time.Duration(fail)*200*time.Millisecond, 5*time.Second))

@@ -241,3 +241,88 @@ func tagOf(t *testing.T, js jetstream.JetStream, prefix string) string {
 	}
 	return tag
 }
+
+// A stream deleted and made again under the same name (its sequences start
+// over at 1) while a replica runs: the replica notices (its fetch fails, or
+// its periodic check), reads the new tag, and stores the new stream's
+// messages instead of taking them for redeliveries of the old ones.
+func TestStreamMadeAgainWhileRunning(t *testing.T) {
+	s := testkit.Get(t)
+	ctx := context.Background()
+	prefix := s.SubjectPrefix(t)
+	store := mongostore.New(s.Mongo.Database(s.Database(t)))
+	if err := store.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := store.EnsureApps(ctx, []string{"LOGGING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Prefix: prefix, Consumer: "logs-writer", BatchSize: 20, FetchWait: 100 * time.Millisecond,
+		AckWait: time.Second, MaxDeliver: 5, Duplicates: time.Minute, StreamMaxAge: time.Hour}
+	cons, err := Setup(ctx, s.JS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			data, _ := json.Marshal(logclient.Message{App: "LOGGING", Type: "log", LogBody: fmt.Sprint(i), CreatedAt: time.Now()})
+			m := &nats.Msg{Subject: logclient.Subject(prefix, "LOGGING", "log"), Data: data, Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprint("again-", i))
+			if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stored := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			rs, err := store.Listed(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d records stored, want %d", len(rs), want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	in := &Ingestor{Consumer: cons, StreamTag: tagOf(t, s.JS, prefix), Store: store, Validator: logs.Validator{Apps: logs.NewApps(apps), MaxBody: 1024},
+		Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RefreshTag: func(ctx context.Context) (string, error) { return Tag(ctx, s.JS, prefix) }}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- in.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	publish(0, 30)
+	stored(30)
+
+	if err := s.JS.DeleteStream(ctx, StreamName(prefix)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Setup(ctx, s.JS, cfg); err != nil { // another replica starting
+		t.Fatal(err)
+	}
+	publish(30, 30) // sequences 1 to 30 again
+	stored(60)
+	rs, err := store.Listed(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string]bool{}
+	for _, r := range rs {
+		bodies[r.LogBody] = true
+	}
+	if len(bodies) != 60 {
+		t.Fatalf("%d distinct bodies, want 60", len(bodies))
+	}
+}
