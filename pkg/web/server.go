@@ -31,6 +31,9 @@ type Options struct {
 	// Metrics, when set, gets the request instruments and is served at
 	// GET /metrics (see Instrument).
 	Metrics *prometheus.Registry
+	// ReadTimeout bounds reading a request (headers and body; default 60s);
+	// IdleTimeout bounds an idle keep-alive connection (default 90s).
+	ReadTimeout, IdleTimeout time.Duration
 }
 
 // NewApp returns a Fiber app with JSON errors, request ids, access logs and,
@@ -40,6 +43,12 @@ func NewApp(o Options) *fiber.App {
 	if o.BodyLimit <= 0 {
 		o.BodyLimit = 1 << 20
 	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = 60 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 90 * time.Second
+	}
 	app := fiber.New(fiber.Config{
 		AppName:               o.Name,
 		DisableStartupMessage: true,
@@ -48,9 +57,9 @@ func NewApp(o Options) *fiber.App {
 		// With streaming on, fasthttp would still read a whole multipart body
 		// of known length before the handler unless told not to.
 		DisablePreParseMultipartForm: o.Stream,
-		ReadTimeout:                  60 * time.Second,
+		ReadTimeout:                  o.ReadTimeout,
 		WriteTimeout:                 0, // downloads may be long; idle timeout bounds idle keep-alives
-		IdleTimeout:                  90 * time.Second,
+		IdleTimeout:                  o.IdleTimeout,
 		ReadBufferSize:               16 << 10,
 		ErrorHandler:                 ErrorHandler(o.Log),
 	})

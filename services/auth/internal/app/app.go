@@ -53,6 +53,8 @@ type Config struct {
 	SweepInterval   time.Duration
 	RequestTimeout  time.Duration
 	ShutdownTimeout time.Duration
+	ReadTimeout     time.Duration // one request's headers and body
+	IdleTimeout     time.Duration // an idle keep-alive connection
 	MetricsInterval time.Duration
 }
 
@@ -103,6 +105,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	c.SweepInterval = r.Duration("SESSION_SWEEP_INTERVAL", 10*time.Minute)
 	c.RequestTimeout = r.Duration("REQUEST_TIMEOUT", 30*time.Second)
 	c.ShutdownTimeout = r.Duration("SHUTDOWN_TIMEOUT", 10*time.Second)
+	c.ReadTimeout = r.Duration("READ_TIMEOUT", 60*time.Second)
+	c.IdleTimeout = r.Duration("IDLE_TIMEOUT", 90*time.Second)
 	c.MetricsInterval = r.Duration("METRICS_INTERVAL", 30*time.Second)
 	if err := r.Err(); err != nil {
 		return c, r, err
@@ -135,8 +139,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	if c.Account.Account.Window <= 0 || c.Account.Address.Window <= 0 {
 		problems = append(problems, "throttle windows must be positive")
 	}
-	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 || c.MongoTimeout <= 0 || c.MetricsInterval <= 0 {
-		problems = append(problems, "AUTH_REQUEST_TIMEOUT, AUTH_SHUTDOWN_TIMEOUT, AUTH_MONGO_SELECT_TIMEOUT and AUTH_METRICS_INTERVAL must be positive")
+	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 || c.MongoTimeout <= 0 || c.MetricsInterval <= 0 || c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
+		problems = append(problems, "AUTH_REQUEST_TIMEOUT, AUTH_SHUTDOWN_TIMEOUT, AUTH_MONGO_SELECT_TIMEOUT, AUTH_METRICS_INTERVAL, AUTH_READ_TIMEOUT and AUTH_IDLE_TIMEOUT must be positive")
 	}
 	if len(problems) > 0 {
 		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
@@ -229,7 +233,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	reg := metrics.NewRegistry()
 	meter := newAuthMetrics(reg)
-	app := web.NewApp(web.Options{Name: "auth", Log: log, BodyLimit: BodyLimit, Metrics: reg})
+	app := web.NewApp(web.Options{Name: "auth", Log: log, BodyLimit: BodyLimit, Metrics: reg, ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout})
 	web.Health(app, map[string]func(context.Context) error{
 		"mongo": func(ctx context.Context) error { return mc.Ping(ctx, nil) },
 		"nats": func(context.Context) error {

@@ -28,7 +28,8 @@ func TestDefaultsAreOWASP(t *testing.T) {
 	if cfg.Argon2 != password.OWASP || cfg.Argon2.MemoryKiB != 19456 || cfg.Argon2.Time != 2 || cfg.Argon2.Threads != 1 {
 		t.Fatalf("default argon2 %+v, want m=19456 t=2 p=1", cfg.Argon2)
 	}
-	if !cfg.CookieSecure || cfg.Account.SessionTTL != 7*24*time.Hour || cfg.Account.SessionIdle != 24*time.Hour {
+	if !cfg.CookieSecure || cfg.Account.SessionTTL != 7*24*time.Hour || cfg.Account.SessionIdle != 24*time.Hour ||
+		cfg.ReadTimeout != time.Minute || cfg.IdleTimeout != 90*time.Second {
 		t.Fatalf("defaults %+v", cfg)
 	}
 }
@@ -45,6 +46,7 @@ func TestRefusesToStartMisconfigured(t *testing.T) {
 		"noIdentityKey":       {drop: "IDENTITY_PUBLIC_KEY", message: "IDENTITY_PUBLIC_KEY"},
 		"badDuration":         {set: map[string]string{"AUTH_SESSION_TTL": "forever"}, message: "SESSION_TTL"},
 		"badArgon2":           {set: map[string]string{"AUTH_ARGON2_TIME": "0"}, message: "ARGON2"},
+		"zeroReadTimeout":     {set: map[string]string{"AUTH_READ_TIMEOUT": "0s"}, message: "AUTH_READ_TIMEOUT"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			env := srv.NewEnv(t)

@@ -38,6 +38,7 @@ type Settings struct {
 	Retention, RetentionInterval, ShutdownGrace         time.Duration
 	SelfLog                                             bool
 	MetricsInterval                                     time.Duration // consumer lag refresh
+	ReadTimeout, IdleTimeout                            time.Duration // HTTP: one request; an idle keep-alive
 	Tail                                                httpapi.TailConfig
 }
 
@@ -80,6 +81,8 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	s.ShutdownGrace = r.Duration("SHUTDOWN_GRACE", 10*time.Second)
 	s.SelfLog = r.Bool("SELF_LOG", true)
 	s.MetricsInterval = r.Duration("METRICS_INTERVAL", 15*time.Second)
+	s.ReadTimeout = r.Duration("READ_TIMEOUT", 60*time.Second)
+	s.IdleTimeout = r.Duration("IDLE_TIMEOUT", 90*time.Second)
 	s.Tail = httpapi.TailConfig{
 		Heartbeat: r.Duration("TAIL_HEARTBEAT", 15*time.Second),
 		Buffer:    r.Int("TAIL_BUFFER", 256),
@@ -94,6 +97,9 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	}
 	if s.MetricsInterval <= 0 {
 		problems = append(problems, "LOGS_METRICS_INTERVAL must be positive")
+	}
+	if s.ReadTimeout <= 0 || s.IdleTimeout <= 0 {
+		problems = append(problems, "LOGS_READ_TIMEOUT and LOGS_IDLE_TIMEOUT must be positive")
 	}
 	if s.MaxBody < 1 {
 		problems = append(problems, "LOGS_MAX_BODY must be positive")
@@ -200,7 +206,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 	reg := metrics.NewRegistry()
 	meter := newLogsMetrics(reg)
-	app := web.NewApp(web.Options{Name: "logs", Log: log, BodyLimit: s.MaxBody*6 + 64<<10, Metrics: reg})
+	app := web.NewApp(web.Options{Name: "logs", Log: log, BodyLimit: s.MaxBody*6 + 64<<10, Metrics: reg, ReadTimeout: s.ReadTimeout, IdleTimeout: s.IdleTimeout})
 	api.Register(app)
 
 	bg, stopBG := context.WithCancel(ctx)

@@ -1,7 +1,10 @@
 package app_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/services/logs/internal/app"
 )
 
 var defaultApps = []string{"LOGGING", "ACME-S3", "ACME-AUTH", "SERVER-APP-A", "SERVER-APP-B", "SERVER-APP-C"}
@@ -415,5 +419,42 @@ func TestAppsFromConfig(t *testing.T) {
 	st, got = w.do("POST", "/log", w.admin(), map[string]any{"app": "LOGGING", "logBody": "x", "type": "log"})
 	if st != 400 || len(got["knowApps"].([]any)) != 2 {
 		t.Fatalf("status %d %v", st, got)
+	}
+}
+
+// LOGS_READ_TIMEOUT bounds how long a request may take to arrive: a client
+// that sends half its headers and stalls is cut off after it, and a normal
+// request on another connection is served meanwhile. A timeout that is not
+// positive is refused at start-up.
+func TestReadTimeout(t *testing.T) {
+	v := startService(t, map[string]string{"LOGS_READ_TIMEOUT": "500ms"})
+	u, err := url.Parse(v.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := v.do("GET", "/healthz", "", nil); st != 200 {
+		t.Fatalf("healthz beside the stalled client: %d", st)
+	}
+	start := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.ReadAll(conn) // whatever the server says, it must close
+	if err != nil {
+		t.Fatalf("stalled connection not closed by the server: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("stalled connection closed after %v, want about 500ms", d)
+	}
+
+	_, env, _ := newEnv(t, map[string]string{"LOGS_READ_TIMEOUT": "0s"})
+	if err := app.Run(context.Background(), env.Getenv, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "LOGS_READ_TIMEOUT") {
+		t.Fatalf("LOGS_READ_TIMEOUT=0s: %v", err)
 	}
 }
