@@ -114,3 +114,27 @@ func cpuTime() int64 {
 }
 
 var benchServers *testkit.Servers
+
+// BenchmarkColdCursor: records that trickle in one per write (every write
+// its own slot and chunk), then a cursor 590 records deep asked of a
+// replica that has read none of them: it finds the cursor's slot by reading
+// its block's slots, 16 at a time.
+func BenchmarkColdCursor(b *testing.B) {
+	benchServers = testkit.Get(b)
+	st := newStoreTB(b)
+	all := benchRecs(0, 600)
+	for i := range all {
+		if _, err := st.InsertBatch(context.Background(), all[i:i+1]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cursor := logs.StreamRecordID(all[590].Stream, all[590].Seq)
+	q := logs.Query{Type: all[590].Type, BeforeID: cursor, Limit: 5}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		fresh := mongostore.New(st.Database())
+		if rs, err := fresh.List(context.Background(), q); err != nil || len(rs) != 5 {
+			b.Fatal(err, len(rs))
+		}
+	}
+}

@@ -9,7 +9,7 @@ package mongostore
 //     records which of those chains are the record's (a cursor finds the
 //     record from there);
 //   - for the records that came from the stream, slot documents
-//     "s|<stream tag>|<block>|<k>": slot k of a block of 1024 stream
+//     "s|<stream tag>|<block>|<k>": slot k of a block of 64 stream
 //     sequences lists the sequences this write took in the block. Slots of
 //     a block are numbered densely from 1 and claimed by inserting them
 //     (the unique _id decides between replicas), and a sequence belongs to
@@ -45,13 +45,19 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// slotBlock is how many stream sequences one block of slots covers.
-const slotBlock = 1024
+// slotBlock is how many stream sequences one block of slots covers: a
+// block holds at most that many slots (one record per write when records
+// trickle in), and finding a cold sequence reads its block's slots up to
+// the one holding it. A write of 500 records claims about 8 slots, in the
+// same insert as its batch document.
+const slotBlock = 64
 
-// slotCacheBlocks: blocks further than this behind the newest one seen are
-// dropped from the cache, and not cached when read (a redelivery or a
-// cursor that old reads its slots again). About 1 MiB of slots at most.
-const slotCacheBlocks = 64
+// slotCacheMax bounds the blocks whose slots a process keeps; the least
+// recently used quarter goes when it is reached.
+const slotCacheMax = 1024
+
+// probeParallel: slots of a cold block are read this many at a time.
+const probeParallel = 16
 
 // batchDoc is a write's intent.
 type batchDoc struct {
@@ -166,41 +172,69 @@ func (d *slotDoc) decode() error {
 	return nil
 }
 
-// slots caches the slots of recent blocks (they never change once
+// slots caches the slots of recently used blocks (they never change once
 // claimed), densely from slot 1.
 type slots struct {
 	mu     sync.Mutex
-	blocks map[string][]*slotDoc
-	newest map[string]uint64 // per stream tag, the newest block number seen
+	blocks map[string]*cachedBlock
+	tick   uint64
 	lock   map[string]*sync.Mutex
+}
+
+type cachedBlock struct {
+	slots []*slotDoc
+	used  uint64
 }
 
 func (c *slots) get(block string) []*slotDoc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.blocks[block]
+	cb := c.blocks[block]
+	if cb == nil {
+		return nil
+	}
+	c.tick++
+	cb.used = c.tick
+	return cb.slots
 }
 
-// add records slot k of block (ignored unless it is the next one, or when
-// the block is old).
+// add records slot k of block (ignored unless it is the next one).
 func (c *slots) add(block string, k int, d *slotDoc) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	tag, num, _ := strings.Cut(block, "|")
-	b, _ := strconv.ParseUint(num, 10, 64)
-	if len(c.blocks[block]) != k-1 || b+slotCacheBlocks < c.newest[tag] {
+	cb := c.blocks[block]
+	if cb == nil {
+		if k != 1 {
+			return
+		}
+		if len(c.blocks) >= slotCacheMax {
+			c.evict()
+		}
+		cb = &cachedBlock{}
+		c.blocks[block] = cb
+	}
+	if len(cb.slots) != k-1 {
 		return
 	}
-	c.blocks[block] = append(c.blocks[block], d)
-	if b > c.newest[tag] {
-		c.newest[tag] = b
-		for key := range c.blocks {
-			t, n, _ := strings.Cut(key, "|")
-			if old, _ := strconv.ParseUint(n, 10, 64); t == tag && old+slotCacheBlocks < b {
-				delete(c.blocks, key)
-				delete(c.lock, key)
-			}
-		}
+	cb.slots = append(cb.slots, d)
+	c.tick++
+	cb.used = c.tick
+}
+
+// evict drops the least recently used quarter of the blocks.
+func (c *slots) evict() {
+	type use struct {
+		key  string
+		used uint64
+	}
+	all := make([]use, 0, len(c.blocks))
+	for k, cb := range c.blocks {
+		all = append(all, use{k, cb.used})
+	}
+	slices.SortFunc(all, func(a, b use) int { return cmp.Compare(a.used, b.used) })
+	for _, u := range all[:len(all)/4+1] {
+		delete(c.blocks, u.key)
+		delete(c.lock, u.key)
 	}
 }
 
@@ -256,17 +290,38 @@ func (s *Store) readSlot(ctx context.Context, block string, k int) (*slotDoc, er
 	return d, nil
 }
 
-// allSlots returns every slot of block: the cached ones, then read on
-// until one is missing.
-func (s *Store) allSlots(ctx context.Context, block string) ([]*slotDoc, error) {
+// ownerOf finds the write that took seq in block (ok false: none did):
+// in the cached slots of the block, then in the next ones, read
+// probeParallel at a time until one is missing. A sequence is in one slot at
+// most (a writer leaves out those a lower slot holds), so the search stops
+// there.
+func (s *Store) ownerOf(ctx context.Context, block string, seq uint64) (owner, bool, error) {
 	have := s.slots.get(block)
+	if o, ok := ownerIn(have, seq); ok {
+		return o, true, nil
+	}
 	for {
-		d, err := s.readSlot(ctx, block, len(have)+1)
-		if err != nil || d == nil {
-			return have, err
+		base := len(have)
+		got := make([]*slotDoc, probeParallel)
+		errs := make([]error, probeParallel)
+		var wg sync.WaitGroup
+		for i := range probeParallel {
+			wg.Go(func() { got[i], errs[i] = s.readSlot(ctx, block, base+1+i) })
 		}
-		have = append(have[:len(have):len(have)], d)
-		s.slots.add(block, len(have), d)
+		wg.Wait()
+		for i, d := range got {
+			if errs[i] != nil {
+				return owner{}, false, errs[i]
+			}
+			if d == nil {
+				return owner{}, false, nil
+			}
+			have = append(have[:len(have):len(have)], d)
+			s.slots.add(block, len(have), d)
+			if o, ok := ownerIn(have[len(have)-1:], seq); ok {
+				return o, true, nil
+			}
+		}
 	}
 }
 
@@ -390,13 +445,9 @@ func (s *Store) whereIs(ctx context.Context, id bson.ObjectID) (typ, app chainRe
 		var sb [8]byte
 		copy(sb[2:], id[6:])
 		seq := binary.BigEndian.Uint64(sb[:])
-		block := blockOf(hex.EncodeToString(id[1:6]), seq)
-		ss, err := s.allSlots(ctx, block)
-		if err != nil {
+		var err error
+		if o, ok, err = s.ownerOf(ctx, blockOf(hex.EncodeToString(id[1:6]), seq), seq); err != nil || !ok {
 			return typ, app, false, err
-		}
-		if o, ok = ownerIn(ss, seq); !ok {
-			return typ, app, false, nil
 		}
 	case logs.IDKindBatch:
 		o = owner{batch: hex.EncodeToString(id[1:8]), index: binary.BigEndian.Uint32(id[8:])}

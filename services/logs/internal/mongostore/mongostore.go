@@ -60,7 +60,7 @@ func New(db *mongo.Database) *Store {
 		apps:     db.Collection(AppsCollection),
 		dead:     db.Collection(DeadLettersCollection),
 		heads:    heads{n: map[string]headHint{}, claim: map[string]*sync.Mutex{}},
-		slots:    slots{blocks: map[string][]*slotDoc{}, newest: map[string]uint64{}, lock: map[string]*sync.Mutex{}},
+		slots:    slots{blocks: map[string]*cachedBlock{}, lock: map[string]*sync.Mutex{}},
 		chunkMax: chunkMaxRecords,
 		appNames: map[string]string{},
 	}
