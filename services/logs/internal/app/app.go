@@ -39,6 +39,7 @@ type Settings struct {
 	SelfLog                                             bool
 	MetricsInterval                                     time.Duration // consumer lag refresh
 	ReadTimeout, IdleTimeout                            time.Duration // HTTP: one request; an idle keep-alive
+	ChunkCacheMB                                        int           // recently used chunks kept in memory
 	Tail                                                httpapi.TailConfig
 }
 
@@ -82,6 +83,7 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	s.SelfLog = r.Bool("SELF_LOG", true)
 	s.MetricsInterval = r.Duration("METRICS_INTERVAL", 15*time.Second)
 	s.ReadTimeout = r.Duration("READ_TIMEOUT", 60*time.Second)
+	s.ChunkCacheMB = r.Int("CHUNK_CACHE_MB", mongostore.DefaultChunkCacheBytes>>20)
 	s.IdleTimeout = r.Duration("IDLE_TIMEOUT", 90*time.Second)
 	s.Tail = httpapi.TailConfig{
 		Heartbeat: r.Duration("TAIL_HEARTBEAT", 15*time.Second),
@@ -100,6 +102,9 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	}
 	if s.ReadTimeout <= 0 || s.IdleTimeout <= 0 {
 		problems = append(problems, "LOGS_READ_TIMEOUT and LOGS_IDLE_TIMEOUT must be positive")
+	}
+	if s.ChunkCacheMB < 0 || s.ChunkCacheMB > 1<<20 {
+		problems = append(problems, "LOGS_CHUNK_CACHE_MB must be between 0 and 1048576")
 	}
 	if s.MaxBody < 1 {
 		problems = append(problems, "LOGS_MAX_BODY must be positive")
@@ -143,6 +148,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	store := mongostore.New(mc.Database(s.MongoDB))
+	store.SetChunkCache(int64(s.ChunkCacheMB) << 20)
 	if err := store.EnsureIndexes(sctx); err != nil {
 		return err
 	}

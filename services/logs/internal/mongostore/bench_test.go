@@ -138,3 +138,23 @@ func BenchmarkColdCursor(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTrickleFirstPage: the first page of 50 when every record came in
+// a write of its own (a chunk each), as at a low publishing rate.
+func BenchmarkTrickleFirstPage(b *testing.B) {
+	benchServers = testkit.Get(b)
+	st := newStoreTB(b)
+	all := benchRecs(0, 600)
+	for i := range all {
+		if _, err := st.InsertBatch(context.Background(), all[i:i+1]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := logs.Query{Type: all[0].Type, Limit: 50}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if rs, err := st.List(context.Background(), q); err != nil || len(rs) != 50 {
+			b.Fatal(err, len(rs))
+		}
+	}
+}

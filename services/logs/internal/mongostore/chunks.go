@@ -217,6 +217,23 @@ func (s *Store) chunk(ctx context.Context, key string, n int64) (*chunkDoc, erro
 	if n < 1 {
 		return nil, nil
 	}
+	id := chunkID(key, n)
+	if c := s.cache.get(id); c != nil {
+		return c, nil
+	}
+	c, err := byID[chunkDoc](ctx, s.chunks, id)
+	if c != nil {
+		s.cache.put(c)
+	}
+	return c, err
+}
+
+// storedChunk reads chunk n of key from the server, never from the cache:
+// for retention, which must see what is really there.
+func (s *Store) storedChunk(ctx context.Context, key string, n int64) (*chunkDoc, error) {
+	if n < 1 {
+		return nil, nil
+	}
 	return byID[chunkDoc](ctx, s.chunks, chunkID(key, n))
 }
 
@@ -312,7 +329,7 @@ func (s *Store) tail(ctx context.Context, key string, head int64) (int64, error)
 	lo, hi := int64(0), head // chunk lo is missing (or 0), chunk hi exists
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		c, err := s.chunk(ctx, key, mid)
+		c, err := s.storedChunk(ctx, key, mid)
 		if err != nil {
 			return 0, err
 		}
@@ -427,6 +444,7 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 		for _, d := range docs[:stored] {
 			c := d.(chunkDoc)
 			s.heads.saw(&c)
+			s.cache.put(&c)
 			if c.N%hintEvery == 0 || c.N == 1 {
 				s.hint(ctx, c.Key, c.N)
 			}

@@ -38,6 +38,7 @@ type Store struct {
 	dead   *mongo.Collection
 	heads  heads
 	slots  slots
+	cache  *chunkCache
 
 	chunkMax int // records per chunk (chunkMaxRecords; tests make it small)
 	// beforeAppend, when set (tests), runs before each chain is written.
@@ -62,9 +63,14 @@ func New(db *mongo.Database) *Store {
 		heads:    heads{n: map[string]headHint{}, claim: map[string]*sync.Mutex{}},
 		slots:    slots{blocks: map[string]*cachedBlock{}, lock: map[string]*sync.Mutex{}},
 		chunkMax: chunkMaxRecords,
+		cache:    newChunkCache(DefaultChunkCacheBytes),
 		appNames: map[string]string{},
 	}
 }
+
+// SetChunkCache sets the size of the chunk cache in bytes (0: none). Call
+// it before using the store.
+func (s *Store) SetChunkCache(bytes int64) { s.cache = newChunkCache(bytes) }
 
 // EnsureIndexes creates the indexes (idempotent). Reads address chunks and
 // id documents by _id only; the other indexes serve retention and the

@@ -274,7 +274,7 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 			return deleted, err
 		}
 		for ; n < head.N; n++ {
-			c, err := s.chunk(ctx, key, n)
+			c, err := s.storedChunk(ctx, key, n)
 			if err != nil {
 				return deleted, err
 			}
@@ -292,6 +292,7 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 			}
 		}
 	}
+	s.cache.dropBefore(t)
 	if _, err := s.ids.DeleteMany(ctx, bson.M{"at": bson.M{"$lt": t.UTC()}}); err != nil {
 		return deleted, err
 	}
