@@ -410,6 +410,15 @@ func TestHTTPWritesAndStreamTags(t *testing.T) {
 	if got := list(t, st, logs.Query{Type: "error", Limit: 10}); !slices.Equal(got, []string{"body 100", "other stream"}) && !slices.Equal(got, []string{"other stream", "body 100"}) {
 		t.Fatalf("error listing: %q", got)
 	}
+	// One message twice in one write: listed once, the second a duplicate.
+	twice := recs(300, 2, "error")
+	twice = append(twice, twice[0])
+	if per, err = st.InsertBatch(ctx, twice); err != nil || per[0] != nil || per[1] != nil || !errors.Is(per[2], logs.ErrDuplicate) {
+		t.Fatalf("a message twice in a write: %v %v", err, per)
+	}
+	if got := list(t, st, logs.Query{Type: "error", Limit: 10}); len(got) != 4 {
+		t.Fatalf("error listing after a message twice in a write: %q", got)
+	}
 	// A record whose stream sequence cannot make an id is refused alone.
 	bad := recs(200, 2, "error")
 	bad[0].Seq = logs.MaxStreamSeq + 1

@@ -492,20 +492,29 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 	}
 	ids := make([]bson.ObjectID, len(rs))
 	byBlock := map[string][]streamSeq{}
+	seen := map[bson.ObjectID]bool{} // one message twice in a write: the second is a duplicate
 	for i, r := range rs {
 		bd.Recs = binary.AppendUvarint(bd.Recs, uint64(chainIdx[typeKey(r.Type)]))
 		bd.Recs = binary.AppendUvarint(bd.Recs, uint64(chainIdx[appKey(r.AppID, r.Type)]))
 		var err error
 		if r.Stream == "" {
 			ids[i], err = batchRecordID(batch, i)
-		} else if ids[i], err = bson.ObjectIDFromHex(logs.StreamRecordID(r.Stream, r.Seq)); err == nil {
-			byBlock[blockOf(r.Stream, r.Seq)] = append(byBlock[blockOf(r.Stream, r.Seq)], streamSeq{i, r.Seq})
+		} else {
+			ids[i], err = bson.ObjectIDFromHex(logs.StreamRecordID(r.Stream, r.Seq))
 		}
 		if err != nil {
 			per[i] = fmt.Errorf("record %d: stream %q sequence %d: no record id", i, r.Stream, r.Seq)
 			continue
 		}
 		rs[i].ID = ids[i].Hex()
+		if seen[ids[i]] {
+			per[i] = logs.ErrDuplicate
+			continue
+		}
+		seen[ids[i]] = true
+		if r.Stream != "" {
+			byBlock[blockOf(r.Stream, r.Seq)] = append(byBlock[blockOf(r.Stream, r.Seq)], streamSeq{i, r.Seq})
+		}
 	}
 	olds, err := s.claim(ctx, bd, byBlock)
 	if err != nil {
