@@ -26,23 +26,9 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // crash) loses nothing and duplicates nothing: the batch is redelivered to
 // the next consumer and the unique message id makes the rewrite a no-op.
 func TestCrashBetweenWriteAndAck(t *testing.T) {
-	s := testkit.Get(t)
 	ctx := context.Background()
-	prefix := s.SubjectPrefix(t)
-	store := mongostore.New(s.Mongo.Database(s.Database(t)))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
-	apps, err := store.EnsureApps(ctx, []string{"LOGGING"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Prefix: prefix, Consumer: "logs-writer", BatchSize: 20, FetchWait: 100 * time.Millisecond,
-		AckWait: time.Second, MaxDeliver: 5, Duplicates: time.Minute, StreamMaxAge: time.Hour}
-	cons, err := Setup(ctx, s.JS, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, store, apps, cfg, cons := newIngestEnv(t)
+	prefix := cfg.Prefix
 	const n = 200
 	for i := range n {
 		data, _ := json.Marshal(logclient.Message{App: "LOGGING", Type: "log", LogBody: fmt.Sprint(i), CreatedAt: time.Now()})
@@ -247,23 +233,9 @@ func tagOf(t *testing.T, js jetstream.JetStream, prefix string) string {
 // its periodic check), reads the new tag, and stores the new stream's
 // messages instead of taking them for redeliveries of the old ones.
 func TestStreamMadeAgainWhileRunning(t *testing.T) {
-	s := testkit.Get(t)
 	ctx := context.Background()
-	prefix := s.SubjectPrefix(t)
-	store := mongostore.New(s.Mongo.Database(s.Database(t)))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
-	apps, err := store.EnsureApps(ctx, []string{"LOGGING"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Prefix: prefix, Consumer: "logs-writer", BatchSize: 20, FetchWait: 100 * time.Millisecond,
-		AckWait: time.Second, MaxDeliver: 5, Duplicates: time.Minute, StreamMaxAge: time.Hour}
-	cons, err := Setup(ctx, s.JS, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, store, apps, cfg, cons := newIngestEnv(t)
+	prefix := cfg.Prefix
 	publish := func(from, n int) {
 		for i := from; i < from+n; i++ {
 			data, _ := json.Marshal(logclient.Message{App: "LOGGING", Type: "log", LogBody: fmt.Sprint(i), CreatedAt: time.Now()})
@@ -325,4 +297,27 @@ func TestStreamMadeAgainWhileRunning(t *testing.T) {
 	if len(bodies) != 60 {
 		t.Fatalf("%d distinct bodies, want 60", len(bodies))
 	}
+}
+
+// newIngestEnv is a fresh store with the app LOGGING, and the log stream and
+// consumer of a fresh subject prefix (batches of 20, ack wait 1s).
+func newIngestEnv(t *testing.T) (*testkit.Servers, *mongostore.Store, []logs.App, Config, jetstream.Consumer) {
+	t.Helper()
+	s := testkit.Get(t)
+	ctx := context.Background()
+	store := mongostore.New(s.Mongo.Database(s.Database(t)))
+	if err := store.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := store.EnsureApps(ctx, []string{"LOGGING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Prefix: s.SubjectPrefix(t), Consumer: "logs-writer", BatchSize: 20, FetchWait: 100 * time.Millisecond,
+		AckWait: time.Second, MaxDeliver: 5, Duplicates: time.Minute, StreamMaxAge: time.Hour}
+	cons, err := Setup(ctx, s.JS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, store, apps, cfg, cons
 }
