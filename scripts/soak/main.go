@@ -327,11 +327,7 @@ func (l *load) one(n int) {
 	el := time.Since(start)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := l.stats[name]
-	if st == nil {
-		st = &opStats{}
-		l.stats[name] = st
-	}
+	st := l.op(name)
 	st.n++
 	st.lat = append(st.lat, el)
 	if r.status != want {
@@ -342,14 +338,20 @@ func (l *load) one(n int) {
 	}
 }
 
-func (l *load) fail(name, msg string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// op returns the statistics of operation name (l.mu held).
+func (l *load) op(name string) *opStats {
 	st := l.stats[name]
 	if st == nil {
 		st = &opStats{}
 		l.stats[name] = st
 	}
+	return st
+}
+
+func (l *load) fail(name, msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.op(name)
 	st.errors++
 	l.failures = append(l.failures, name+": "+msg)
 }

@@ -120,14 +120,7 @@ var benchServers *testkit.Servers
 // replica that has read none of them: it finds the cursor's slot by reading
 // its block's slots, 16 at a time.
 func BenchmarkColdCursor(b *testing.B) {
-	benchServers = testkit.Get(b)
-	st := newStoreTB(b)
-	all := benchRecs(0, 600)
-	for i := range all {
-		if _, err := st.InsertBatch(context.Background(), all[i:i+1]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	st, all := trickled(b, 600)
 	cursor := logs.StreamRecordID(all[590].Stream, all[590].Seq)
 	q := logs.Query{Type: all[590].Type, BeforeID: cursor, Limit: 5}
 	b.ResetTimer()
@@ -142,14 +135,7 @@ func BenchmarkColdCursor(b *testing.B) {
 // BenchmarkTrickleFirstPage: the first page of 50 when every record came in
 // a write of its own (a chunk each), as at a low publishing rate.
 func BenchmarkTrickleFirstPage(b *testing.B) {
-	benchServers = testkit.Get(b)
-	st := newStoreTB(b)
-	all := benchRecs(0, 600)
-	for i := range all {
-		if _, err := st.InsertBatch(context.Background(), all[i:i+1]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	st, all := trickled(b, 600)
 	q := logs.Query{Type: all[0].Type, Limit: 50}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -157,4 +143,19 @@ func BenchmarkTrickleFirstPage(b *testing.B) {
 			b.Fatal(err, len(rs))
 		}
 	}
+}
+
+// trickled is a store holding n benchmark records, each written on its own
+// (a slot and a chunk each), as records that trickle in at a low rate.
+func trickled(b *testing.B, n int) (*mongostore.Store, []logs.Record) {
+	b.Helper()
+	benchServers = testkit.Get(b)
+	st := newStoreTB(b)
+	all := benchRecs(0, n)
+	for i := range all {
+		if _, err := st.InsertBatch(context.Background(), all[i:i+1]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return st, all
 }
