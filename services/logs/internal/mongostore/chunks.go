@@ -21,7 +21,6 @@ package mongostore
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -53,14 +52,6 @@ const (
 	// every hintEvery writes).
 	hintEvery = 64
 )
-
-// recordID is logs.RecordID as an ObjectID.
-func recordID(msgID string) bson.ObjectID {
-	sum := sha256.Sum256([]byte(msgID))
-	var id bson.ObjectID
-	copy(id[:], sum[:12])
-	return id
-}
 
 func typeKey(typ string) string          { return "t." + typ }
 func appKey(appID, typ string) string    { return "a." + appID + "." + typ }
