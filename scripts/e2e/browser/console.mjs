@@ -178,7 +178,8 @@ try {
   assert.equal(await sessionRows.count(), 2);
   await sessionRows.getByRole('button', { name: 'End' }).click();
   await page.getByRole('status').filter({ hasText: 'Session ended.' }).waitFor();
-  assert.equal(await sessionRows.count(), 1);
+  // The console reloads the list before it says so: the row is gone now.
+  assert.equal(await sessionRows.count(), 1, 'the ended session is still listed when "Session ended." shows');
   await phone.reload();
   await phone.getByRole('heading', { name: 'Sign in' }).waitFor(); // that session is gone
   await phone.context().close();
@@ -208,9 +209,8 @@ try {
   adm.once('dialog', (d) => d.accept());
   await adm.getByRole('row', { name: /temp@example\.com/ }).getByRole('button', { name: 'Delete' }).click();
   await adm.getByRole('status').filter({ hasText: 'temp@example.com deleted.' }).waitFor();
-  // The list reloads after the status: wait for the row to go.
-  await adm.getByRole('cell', { name: 'temp@example.com' }).waitFor({ state: 'detached', timeout: 5000 });
-  assert.equal(await adm.getByRole('cell', { name: 'temp@example.com' }).count(), 0);
+  // The list is reloaded before the status says so.
+  assert.equal(await adm.getByRole('cell', { name: 'temp@example.com' }).count(), 0, 'the deleted user is still listed');
 
   step = 'admin logs';
   await adm.getByRole('link', { name: 'Logs' }).click();

@@ -93,12 +93,13 @@ export async function profilePage(main, state) {
     try {
       await api('PATCH', '/me', { password: { old: pform.old.value, new: pform.new.value } });
       pform.reset();
+      await loadSessions();
       say('Password changed. Your other sessions were ended.');
-      loadSessions();
     } catch (e) { perr.show(messages[e.code] || e.message); }
   });
 
-  // Own sessions.
+  // Own sessions. The status line is set after the list is reloaded, so what
+  // it announces is already on screen.
   const serr = errorBox();
   const tbody = h('tbody');
   const sessions = h('section', { class: 'card', 'aria-labelledby': 's-title' },
@@ -120,11 +121,11 @@ export async function profilePage(main, state) {
     } catch (e) { serr.show(e.message); }
   }
   async function endOne(id) {
-    try { await api('DELETE', '/me/sessions/' + encodeURIComponent(id)); say('Session ended.'); loadSessions(); }
+    try { await api('DELETE', '/me/sessions/' + encodeURIComponent(id)); await loadSessions(); say('Session ended.'); }
     catch (e) { serr.show(e.message); }
   }
   async function endOthers() {
-    try { const r = await api('DELETE', '/me/sessions'); say(`${r.ended} other session(s) ended.`); loadSessions(); }
+    try { const r = await api('DELETE', '/me/sessions'); await loadSessions(); say(`${r.ended} other session(s) ended.`); }
     catch (e) { serr.show(e.message); }
   }
 

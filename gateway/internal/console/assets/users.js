@@ -34,7 +34,7 @@ export function usersPage(main, state) {
         const del = h('button', { type: 'button', class: 'small danger', disabled: u.id === state.user.id }, 'Delete');
         del.addEventListener('click', async () => {
           if (!confirm(`Delete ${u.email}? Their sessions end at once.`)) return;
-          try { await api('DELETE', '/users/' + encodeURIComponent(u.id)); say(`${u.email} deleted.`); load(); }
+          try { await api('DELETE', '/users/' + encodeURIComponent(u.id)); await load(); say(`${u.email} deleted.`); }
           catch (e) { err.show(msg(e)); }
         });
         return h('tr', {}, h('td', {}, u.email), h('td', {}, u.fullName), h('td', {}, u.edv),
