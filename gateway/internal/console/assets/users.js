@@ -69,9 +69,9 @@ export function usersPage(main, state) {
     }
     try {
       const r = await api('POST', '/users', body);
-      say(`${r.user.email} created.`);
       form.reset();
-      load();
+      await load();
+      say(`${r.user.email} created.`);
     } catch (e) { cerr.show(msg(e)); }
   });
 
