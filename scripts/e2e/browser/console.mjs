@@ -113,7 +113,12 @@ try {
   await page.getByRole('status').filter({ hasText: 'Avatar updated.' }).waitFor();
   const avatar = page.getByRole('img', { name: 'Your avatar' });
   await avatar.waitFor();
-  assert.ok(await avatar.evaluate((img) => img.complete && img.naturalWidth === 2), 'avatar image not loaded');
+  // The status comes when the src is set; the image may still be loading.
+  const width = await avatar.evaluate((img) => img.complete ? img.naturalWidth : new Promise((done) => {
+    img.addEventListener('load', () => done(img.naturalWidth), { once: true });
+    img.addEventListener('error', () => done(0), { once: true });
+  }));
+  assert.equal(width, 2, 'avatar image not loaded');
   await page.reload();
   await page.getByRole('heading', { name: 'Profile', level: 1 }).waitFor();
   assert.equal(await page.getByLabel('Full name').inputValue(), 'Grace B. Hopper');
