@@ -75,6 +75,12 @@ type chunkRec struct {
 // its fields and array items (it stores a type schema beside each and
 // parses the JSON form for its indexes), so packing the records keeps a
 // chunk's insert close to the cost of its bytes.
+//
+// HiAt is the newest createdAt in chunks 1..n of the chain (a running
+// maximum, so it only grows with n): a read bounded by from stops at the
+// first chunk whose HiAt is older than from, which is exact even where a
+// chunk of records delivered late (an outage's backlog) sits between newer
+// ones.
 type chunkDoc struct {
 	ID      string
 	Key     string
@@ -85,6 +91,7 @@ type chunkDoc struct {
 	MinAt   time.Time
 	MaxAt   time.Time
 	At      time.Time
+	HiAt    time.Time
 	Records []chunkRec
 }
 
@@ -98,6 +105,7 @@ type chunkWire struct {
 	MinAt time.Time   `bson:"minAt"`
 	MaxAt time.Time   `bson:"maxAt"`
 	At    time.Time   `bson:"at"`
+	HiAt  time.Time   `bson:"hiAt"`
 	R     bson.Binary `bson:"r"` // a BSON document {r: [records]}
 }
 
@@ -111,7 +119,7 @@ func (c chunkDoc) MarshalBSON() ([]byte, error) {
 		return nil, err
 	}
 	return bson.Marshal(chunkWire{ID: c.ID, Key: c.Key, N: c.N, Pos: c.Pos, Count: c.Count, Batch: c.Batch,
-		MinAt: c.MinAt, MaxAt: c.MaxAt, At: c.At, R: bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: recs}})
+		MinAt: c.MinAt, MaxAt: c.MaxAt, At: c.At, HiAt: c.HiAt, R: bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: recs}})
 }
 
 func (c *chunkDoc) UnmarshalBSON(b []byte) error {
@@ -127,7 +135,10 @@ func (c *chunkDoc) UnmarshalBSON(b []byte) error {
 		return fmt.Errorf("chunk %s: %d records, count says %d", w.ID, len(recs.R), w.Count)
 	}
 	*c = chunkDoc{ID: w.ID, Key: w.Key, N: w.N, Pos: w.Pos, Count: w.Count, Batch: w.Batch,
-		MinAt: w.MinAt, MaxAt: w.MaxAt, At: w.At, Records: recs.R}
+		MinAt: w.MinAt, MaxAt: w.MaxAt, At: w.At, HiAt: w.HiAt, Records: recs.R}
+	if c.HiAt.IsZero() {
+		c.HiAt = c.MaxAt // written before HiAt existed
+	}
 	return nil
 }
 
@@ -156,8 +167,8 @@ type heads struct {
 }
 
 type headHint struct {
-	n, end int64
-	known  bool // end is known: chunk n was written or read here
+	n    int64
+	last *chunkDoc // chunk n, without its records, when it was written or read here
 }
 
 func (h *heads) get(key string) int64 {
@@ -176,7 +187,9 @@ func (h *heads) saw(c *chunkDoc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c.N >= h.n[c.Key].n {
-		h.n[c.Key] = headHint{n: c.N, end: c.end(), known: true}
+		last := *c
+		last.Records = nil // only its place and running fields are needed
+		h.n[c.Key] = headHint{n: c.N, last: &last}
 	}
 }
 
@@ -377,7 +390,6 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 			recs = recs[k:]
 		}
 	}
-	type place struct{ n, pos int64 }
 	for len(parts) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -385,7 +397,8 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 		// Place each part after the chain's head as this process knows it
 		// (or finds it by probing), the parts of one chain one after
 		// another.
-		next := map[string]place{}
+		// prev: the chunk each part follows (nil: the chain is empty).
+		prevs := map[string]*chunkDoc{}
 		docs := make([]any, 0, len(parts))
 		var stop error
 		for _, p := range parts {
@@ -394,29 +407,30 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 					break
 				}
 			}
-			at, ok := next[p.key]
+			prev, ok := prevs[p.key]
 			if !ok {
-				if h := s.heads.hint(p.key); h.known {
-					at = place{h.n + 1, h.end}
+				if h := s.heads.hint(p.key); h.last != nil {
+					prev = h.last
 				} else {
-					prev, err := s.head(ctx, p.key)
-					if err != nil {
+					var err error
+					if prev, err = s.head(ctx, p.key); err != nil {
 						return err
-					}
-					at = place{1, 0}
-					if prev != nil {
-						at = place{prev.N + 1, prev.end()}
 					}
 				}
 			}
-			c := chunkDoc{ID: chunkID(p.key, at.n), Key: p.key, N: at.n, Pos: at.pos, Batch: p.batch, At: time.Now().UTC(),
+			c := chunkDoc{Key: p.key, N: 1, Batch: p.batch, At: time.Now().UTC(),
 				Records: p.recs, Count: int64(len(p.recs)), MinAt: p.recs[0].CreatedAt, MaxAt: p.recs[0].CreatedAt}
 			for _, r := range p.recs {
 				c.MinAt = minTime(c.MinAt, r.CreatedAt)
 				c.MaxAt = maxTime(c.MaxAt, r.CreatedAt)
 			}
+			c.HiAt = c.MaxAt
+			if prev != nil {
+				c.N, c.Pos, c.HiAt = prev.N+1, prev.end(), maxTime(c.MaxAt, prev.HiAt)
+			}
+			c.ID = chunkID(p.key, c.N)
 			docs = append(docs, c)
-			next[p.key] = place{at.n + 1, c.end()}
+			prevs[p.key] = &c
 		}
 		stored, lost := len(docs), -1
 		if len(docs) > 0 {

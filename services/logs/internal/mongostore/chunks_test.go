@@ -182,6 +182,44 @@ func TestPagesAndCursors(t *testing.T) {
 	}
 }
 
+// A read bounded by from stops at the first chunk with nothing that new
+// in it or before it, not at the first chunk with nothing that new: records
+// delivered late (a backlog after an outage, with old createdAt) make a
+// chunk of old records between newer ones, and the newer records before it
+// are still listed.
+func TestFromBoundPassesLateChunks(t *testing.T) {
+	st := newStore(t)
+	mongostore.SetChunkMax(st, 4)
+	all := recs(0, 30, "log")
+	late := recs(100, 6, "log")
+	for i := range late {
+		late[i].CreatedAt = t0.Add(-time.Hour + time.Duration(i)*time.Millisecond)
+	}
+	insert(t, st, all[:10])
+	insert(t, st, all[10:20])
+	insert(t, st, late) // chunks of old records only
+	insert(t, st, all[20:])
+
+	from := t0.Add(5 * time.Millisecond)
+	got := list(t, st, logs.Query{Type: "log", From: from, Limit: 100})
+	if w := want(5, 30, nil); !slices.Equal(got, w) {
+		t.Fatalf("from %v: %d records %q, want %d %q", from, len(got), got, len(w), w)
+	}
+	got = list(t, st, logs.Query{Type: "log", AppID: "appA", From: from, Limit: 100})
+	if w := want(5, 30, func(k int) bool { return k%2 == 0 }); !slices.Equal(got, w) {
+		t.Fatalf("app chain from %v: %q, want %q", from, got, w)
+	}
+	// The late records themselves, by a range around their createdAt.
+	got = list(t, st, logs.Query{Type: "log", From: t0.Add(-2 * time.Hour), To: t0.Add(-time.Hour + 3*time.Millisecond), Limit: 100})
+	if !slices.Equal(got, []string{"body 102", "body 101", "body 100"}) {
+		t.Fatalf("the late records by time: %q", got)
+	}
+	// A from after every record ends at once, with nothing.
+	if got := list(t, st, logs.Query{Type: "log", From: t0.Add(time.Hour), Limit: 100}); len(got) != 0 {
+		t.Fatalf("from after everything: %q", got)
+	}
+}
+
 // A write that stops after its claims (before any chain, or between
 // the type chain and the app chain) is completed by the retry of the same
 // records, which lists each record once in every chain; records already
@@ -246,6 +284,11 @@ func TestConcurrentWriters(t *testing.T) {
 		wg.Go(func() {
 			for b := range batches {
 				rs := recs((w*batches+b)*per, per, "log")
+				if b%2 == 1 { // writers' clocks apart: some chunks older than the one before
+					for i := range rs {
+						rs[i].CreatedAt = rs[i].CreatedAt.Add(-time.Duration(w+1) * time.Second)
+					}
+				}
 				if per, err := st.InsertBatch(context.Background(), rs); err != nil || slices.ContainsFunc(per, func(e error) bool { return e != nil }) {
 					t.Errorf("writer %d: %v %v", w, err, per)
 					return
@@ -258,6 +301,11 @@ func TestConcurrentWriters(t *testing.T) {
 	total := writers * batches * per
 	checkOnce(t, st, "", total)
 	checkOnce(t, st, "appA", total/2)
+	for _, key := range []string{mongostore.TypeKey("log"), mongostore.AppKey("appA", "log"), mongostore.AppKey("appB", "log")} {
+		if err := mongostore.CheckHiAt(context.Background(), st, key); err != nil {
+			t.Fatal(err)
+		}
+	}
 	full := list(t, st, logs.Query{Type: "log", Limit: total})
 	if len(full) != total {
 		t.Fatalf("one page of everything: %d records", len(full))

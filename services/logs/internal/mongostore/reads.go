@@ -115,7 +115,8 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 	skip := q.Skip
 	c := start
 	for scanned := 0; c != nil && len(out) < q.Limit; scanned++ {
-		if filtered && (scanned >= maxFilterScan || (!q.From.IsZero() && c.MaxAt.Before(q.From))) {
+		// No record of c or of any chunk before it is as new as from.
+		if filtered && (scanned >= maxFilterScan || (!q.From.IsZero() && c.HiAt.Before(q.From))) {
 			break
 		}
 		for i := min(idx, len(c.Records)-1); i >= 0 && len(out) < q.Limit; i-- {
