@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -220,14 +221,14 @@ func benchLogs(e *env) error {
 	}
 	// The cursor: the record 1,000 pages of 50 deep, reached by cursor pages.
 	depth := 1000 * 50
-	var cursor string
+	var cursor, cursorAt string
 	walkStart := time.Now()
 	for seen := 0; seen < depth; {
-		url := e.p.GatewayURL + "/log/log/1?limit=500"
+		u := e.p.GatewayURL + "/log/log/1?limit=500"
 		if cursor != "" {
-			url += "&before=" + cursor
+			u += "&before=" + cursor
 		}
-		m, _, err := call(c, "GET", url, nil, hdr, 201)
+		m, _, err := call(c, "GET", u, nil, hdr, 201)
 		if err != nil {
 			return err
 		}
@@ -237,6 +238,7 @@ func benchLogs(e *env) error {
 		}
 		take := min(len(ls), depth-seen)
 		cursor, _ = ls[take-1].(map[string]any)["id"].(string)
+		cursorAt, _ = ls[take-1].(map[string]any)["createdAt"].(string)
 		seen += take
 	}
 	fmt.Fprintf(e.out, "  (about %d records stored; cursor record %d deep reached through the API in %s)\n", total, depth, time.Since(walkStart).Round(time.Millisecond))
@@ -252,9 +254,14 @@ func benchLogs(e *env) error {
 	if err != nil {
 		return err
 	}
+	byTime, err := pageLatencies(ctx, c, e.p.GatewayURL+"/log/log/1?to="+url.QueryEscape(cursorAt), hdr, 200, time.Minute)
+	if err != nil {
+		return err
+	}
 	e.report("logs", fmt.Sprintf("GET /log/log/1, about %d records stored", total), latString(first), "p99 < 50 ms")
 	e.report("logs", fmt.Sprintf("GET /log/log/1?before=<record %d deep (%d pages of 50)>", depth, depth/50), latString(deep), "p99 < 50 ms")
 	e.report("logs", "GET /log/log/1000 (page number, no cursor)", latString(byNumber), "")
+	e.report("logs", "GET /log/log/1?to=<createdAt of that deep record>", latString(byTime), "")
 	return nil
 }
 

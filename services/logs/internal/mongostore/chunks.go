@@ -21,6 +21,7 @@ package mongostore
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -76,11 +77,20 @@ type chunkRec struct {
 // parses the JSON form for its indexes), so packing the records keeps a
 // chunk's insert close to the cost of its bytes.
 //
-// HiAt is the newest createdAt in chunks 1..n of the chain (a running
-// maximum, so it only grows with n): a read bounded by from stops at the
-// first chunk whose HiAt is older than from, which is exact even where a
-// chunk of records delivered late (an outage's backlog) sits between newer
-// ones.
+// Two fields serve reads bounded in time, exactly even where records
+// delivered late (an outage's backlog, with old createdAt) sit in chunks
+// after newer ones:
+//   - HiAt is the newest createdAt in chunks 1..n of the chain (a running
+//     maximum, so it only grows with n): a read bounded by from stops at the
+//     first chunk whose HiAt is older than from.
+//   - Low[l] is the oldest createdAt in the 2^l chunks ending at n, for
+//     every l with 2^l dividing n (Low[0] = MinAt): the blocks of a Fenwick
+//     tree. A read bounded by to skips back from the head over whole blocks
+//     with nothing older than to, so it finds the newest chunk holding such
+//     a record in O(log n) lookups (newestBefore). Chunk n needs Low of
+//     chunks n-1, n-2, n-4, ... (each aligned one level lower) when it is
+//     written: the previous chunk, the write's own chunks and the cache
+//     usually have them.
 type chunkDoc struct {
 	ID      string
 	Key     string
@@ -92,6 +102,7 @@ type chunkDoc struct {
 	MaxAt   time.Time
 	At      time.Time
 	HiAt    time.Time
+	Low     []time.Time
 	Records []chunkRec
 }
 
@@ -106,7 +117,8 @@ type chunkWire struct {
 	MaxAt time.Time   `bson:"maxAt"`
 	At    time.Time   `bson:"at"`
 	HiAt  time.Time   `bson:"hiAt"`
-	R     bson.Binary `bson:"r"` // a BSON document {r: [records]}
+	Low   []byte      `bson:"low,omitempty"` // Low as 8-byte Unix milliseconds
+	R     bson.Binary `bson:"r"`             // a BSON document {r: [records]}
 }
 
 type recordsWire struct {
@@ -118,8 +130,12 @@ func (c chunkDoc) MarshalBSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return bson.Marshal(chunkWire{ID: c.ID, Key: c.Key, N: c.N, Pos: c.Pos, Count: c.Count, Batch: c.Batch,
-		MinAt: c.MinAt, MaxAt: c.MaxAt, At: c.At, HiAt: c.HiAt, R: bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: recs}})
+	w := chunkWire{ID: c.ID, Key: c.Key, N: c.N, Pos: c.Pos, Count: c.Count, Batch: c.Batch,
+		MinAt: c.MinAt, MaxAt: c.MaxAt, At: c.At, HiAt: c.HiAt, R: bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: recs}}
+	for _, t := range c.Low {
+		w.Low = binary.BigEndian.AppendUint64(w.Low, uint64(t.UnixMilli()))
+	}
+	return bson.Marshal(w)
 }
 
 func (c *chunkDoc) UnmarshalBSON(b []byte) error {
@@ -138,6 +154,39 @@ func (c *chunkDoc) UnmarshalBSON(b []byte) error {
 		MinAt: w.MinAt, MaxAt: w.MaxAt, At: w.At, HiAt: w.HiAt, Records: recs.R}
 	if c.HiAt.IsZero() {
 		c.HiAt = c.MaxAt // written before HiAt existed
+	}
+	if len(w.Low)%8 != 0 {
+		return fmt.Errorf("chunk %s: low has %d bytes", w.ID, len(w.Low))
+	}
+	for b := w.Low; len(b) > 0; b = b[8:] {
+		c.Low = append(c.Low, time.UnixMilli(int64(binary.BigEndian.Uint64(b))).UTC())
+	}
+	return nil
+}
+
+// setLow sets c.Low from c's records and the chunks before it: pending
+// (this write's chunks by _id, not stored yet), else the cache or the
+// server. A chunk gone with the retention held nothing that is still
+// listed; one without Low (written before it existed) ends c.Low there.
+func (s *Store) setLow(ctx context.Context, c *chunkDoc, pending map[string]*chunkDoc) error {
+	c.Low = []time.Time{c.MinAt}
+	for l := 1; c.N%(1<<l) == 0; l++ {
+		id := chunkID(c.Key, c.N-1<<(l-1))
+		o := pending[id]
+		if o == nil {
+			var err error
+			if o, err = s.chunk(ctx, c.Key, c.N-1<<(l-1)); err != nil {
+				return err
+			}
+		}
+		low := c.Low[l-1]
+		if o != nil {
+			if len(o.Low) < l {
+				return nil
+			}
+			low = minTime(low, o.Low[l-1])
+		}
+		c.Low = append(c.Low, low)
 	}
 	return nil
 }
@@ -225,6 +274,7 @@ func (s *Store) chunk(ctx context.Context, key string, n int64) (*chunkDoc, erro
 	if c := s.cache.get(id); c != nil {
 		return c, nil
 	}
+	s.chunkReads.Add(1)
 	c, err := byID[chunkDoc](ctx, s.chunks, id)
 	if c != nil {
 		s.cache.put(c)
@@ -399,6 +449,7 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 		// another.
 		// prev: the chunk each part follows (nil: the chain is empty).
 		prevs := map[string]*chunkDoc{}
+		pending := map[string]*chunkDoc{} // by _id: this round's chunks and those they follow
 		docs := make([]any, 0, len(parts))
 		var stop error
 		for _, p := range parts {
@@ -427,10 +478,15 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 			c.HiAt = c.MaxAt
 			if prev != nil {
 				c.N, c.Pos, c.HiAt = prev.N+1, prev.end(), maxTime(c.MaxAt, prev.HiAt)
+				pending[prev.ID] = prev
 			}
 			c.ID = chunkID(p.key, c.N)
+			if err := s.setLow(ctx, &c, pending); err != nil {
+				return err
+			}
 			docs = append(docs, c)
 			prevs[p.key] = &c
+			pending[c.ID] = &c
 		}
 		stored, lost := len(docs), -1
 		if len(docs) > 0 {

@@ -616,7 +616,9 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 }
 
 func toChunkRec(id bson.ObjectID, r logs.Record) chunkRec {
-	c := chunkRec{ID: id, AppID: r.AppID, LogBody: r.LogBody, CreatedAt: r.CreatedAt.UTC()}
+	// Milliseconds, as BSON stores them: a chunk in the cache then holds
+	// what the server holds.
+	c := chunkRec{ID: id, AppID: r.AppID, LogBody: r.LogBody, CreatedAt: r.CreatedAt.UTC().Truncate(time.Millisecond)}
 	if r.MetricsID != "" {
 		m := r.MetricsID
 		c.MetricsID = &m

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/acme/platform/pkg/mongox"
@@ -41,6 +42,8 @@ type Store struct {
 	cache  *chunkCache
 
 	chunkMax int // records per chunk (chunkMaxRecords; tests make it small)
+	// chunkReads counts chunks read from the server (tests count lookups).
+	chunkReads atomic.Int64
 	// beforeAppend, when set (tests), runs before each chain is written.
 	beforeAppend func(ctx context.Context, key string) error
 

@@ -111,6 +111,17 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 		idx = int(top - 1 - start.Pos)
 		q.Skip = 0
 	}
+	if !q.To.IsZero() {
+		// Nothing after the newest chunk holding a record older than to
+		// can match.
+		c, err := s.newestBefore(ctx, key, start, q.To)
+		if err != nil || c == nil {
+			return []logs.Record{}, err
+		}
+		if c.N < start.N {
+			start, idx = c, len(c.Records)-1
+		}
+	}
 	out := make([]logs.Record, 0, q.Limit)
 	skip := q.Skip
 	c := start
@@ -143,6 +154,30 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 		idx = chunkMaxRecords
 	}
 	return out, nil
+}
+
+// newestBefore returns the newest chunk at or before from in key's chain
+// that holds a record created before t (nil when none does). It skips back
+// over the largest block ending at each chunk with nothing that old (see
+// chunkDoc.Low): O(log n) lookups.
+func (s *Store) newestBefore(ctx context.Context, key string, from *chunkDoc, t time.Time) (*chunkDoc, error) {
+	c := from
+	for {
+		if c.MinAt.Before(t) {
+			return c, nil
+		}
+		skip := int64(1)
+		for l := len(c.Low) - 1; l > 0; l-- {
+			if !c.Low[l].Before(t) {
+				skip = 1 << l
+				break
+			}
+		}
+		var err error
+		if c, err = s.chunk(ctx, key, c.N-skip); err != nil || c == nil {
+			return nil, err // nil: past the oldest kept chunk
+		}
+	}
 }
 
 func matches(q logs.Query, r chunkRec) bool {
