@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +86,11 @@ func TestPostLog(t *testing.T) {
 		}
 		if got["app"] != "ACME-AUTH" || got["logBody"] != "user signed in" || got["type"] != "log" || got["metricsId"] != nil {
 			t.Fatalf("body %v", got)
+		}
+		// The four fields sent, plus the id and createdAt the issue allows.
+		keys := slices.Sorted(maps.Keys(got))
+		if !slices.Equal(keys, []string{"app", "createdAt", "id", "logBody", "metricsId", "type"}) {
+			t.Fatalf("fields %v", keys)
 		}
 		if id, _ := got["id"].(string); len(id) != 24 {
 			t.Fatalf("id %v", got["id"])
@@ -262,7 +269,7 @@ func TestListLogs(t *testing.T) {
 		if ls[0]["metricsId"] != "m-2" || ls[1]["metricsId"] != nil {
 			t.Fatalf("metricsId: %v / %v", ls[0]["metricsId"], ls[1]["metricsId"])
 		}
-		if ls[0]["appId"] != last["appId"] || ls[0]["app"] != "ACME-AUTH" {
+		if id, _ := ls[0]["appId"].(string); len(id) != 24 || ls[0]["app"] != "ACME-AUTH" {
 			t.Fatalf("app: %v", ls[0])
 		}
 	})

@@ -97,7 +97,9 @@ func appsJSON(apps []logs.App) []appJSON {
 	return out
 }
 
-// postLog: POST /log → 201 {app, logBody, type, metricsId, id, appId, createdAt}.
+// postLog: POST /log → 201 {app, logBody, type, metricsId, id, createdAt}:
+// the four fields sent (metricsId null when not sent), and the id and
+// createdAt the issue allows.
 func (a *API) postLog(c *fiber.Ctx) error {
 	var req postRequest
 	if err := web.DecodeJSON(c, &req); err != nil {
@@ -134,7 +136,7 @@ func (a *API) postLog(c *fiber.Ctx) error {
 	out := toRecordJSON(rec)
 	return c.Status(http.StatusCreated).JSON(fiber.Map{
 		"app": out.App, "logBody": out.LogBody, "type": out.Type, "metricsId": out.MetricsID,
-		"id": out.ID, "appId": out.AppID, "createdAt": out.CreatedAt,
+		"id": out.ID, "createdAt": out.CreatedAt,
 	})
 }
 
