@@ -77,20 +77,7 @@ type chunkRec struct {
 // parses the JSON form for its indexes), so packing the records keeps a
 // chunk's insert close to the cost of its bytes.
 //
-// Two fields serve reads bounded in time, exactly even where records
-// delivered late (an outage's backlog, with old createdAt) sit in chunks
-// after newer ones:
-//   - HiAt is the newest createdAt in chunks 1..n of the chain (a running
-//     maximum, so it only grows with n): a read bounded by from stops at the
-//     first chunk whose HiAt is older than from.
-//   - Low[l] is the oldest createdAt in the 2^l chunks ending at n, for
-//     every l with 2^l dividing n (Low[0] = MinAt): the blocks of a Fenwick
-//     tree. A read bounded by to skips back from the head over whole blocks
-//     with nothing older than to, so it finds the newest chunk holding such
-//     a record in O(log n) lookups (newestBefore). Chunk n needs Low of
-//     chunks n-1, n-2, n-4, ... (each aligned one level lower) when it is
-//     written: the previous chunk, the write's own chunks and the cache
-//     usually have them.
+// HiAt, Low and Bloom serve filtered reads (blocks.go).
 type chunkDoc struct {
 	ID      string
 	Key     string
@@ -103,6 +90,7 @@ type chunkDoc struct {
 	At      time.Time
 	HiAt    time.Time
 	Low     []time.Time
+	Bloom   [][]byte
 	Records []chunkRec
 }
 
@@ -117,8 +105,9 @@ type chunkWire struct {
 	MaxAt time.Time   `bson:"maxAt"`
 	At    time.Time   `bson:"at"`
 	HiAt  time.Time   `bson:"hiAt"`
-	Low   []byte      `bson:"low,omitempty"` // Low as 8-byte Unix milliseconds
-	R     bson.Binary `bson:"r"`             // a BSON document {r: [records]}
+	Low   []byte      `bson:"low,omitempty"`   // Low as 8-byte Unix milliseconds
+	Bloom []byte      `bson:"bloom,omitempty"` // Bloom, see encodeBlooms
+	R     bson.Binary `bson:"r"`               // a BSON document {r: [records]}
 }
 
 type recordsWire struct {
@@ -135,6 +124,7 @@ func (c chunkDoc) MarshalBSON() ([]byte, error) {
 	for _, t := range c.Low {
 		w.Low = binary.BigEndian.AppendUint64(w.Low, uint64(t.UnixMilli()))
 	}
+	w.Bloom = encodeBlooms(c.Bloom)
 	return bson.Marshal(w)
 }
 
@@ -161,33 +151,11 @@ func (c *chunkDoc) UnmarshalBSON(b []byte) error {
 	for b := w.Low; len(b) > 0; b = b[8:] {
 		c.Low = append(c.Low, time.UnixMilli(int64(binary.BigEndian.Uint64(b))).UTC())
 	}
-	return nil
-}
-
-// setLow sets c.Low from c's records and the chunks before it: pending
-// (this write's chunks by _id, not stored yet), else the cache or the
-// server. A chunk gone with the retention held nothing that is still
-// listed; one without Low (written before it existed) ends c.Low there.
-func (s *Store) setLow(ctx context.Context, c *chunkDoc, pending map[string]*chunkDoc) error {
-	c.Low = []time.Time{c.MinAt}
-	for l := 1; c.N%(1<<l) == 0; l++ {
-		id := chunkID(c.Key, c.N-1<<(l-1))
-		o := pending[id]
-		if o == nil {
-			var err error
-			if o, err = s.chunk(ctx, c.Key, c.N-1<<(l-1)); err != nil {
-				return err
-			}
-		}
-		low := c.Low[l-1]
-		if o != nil {
-			if len(o.Low) < l {
-				return nil
-			}
-			low = minTime(low, o.Low[l-1])
-		}
-		c.Low = append(c.Low, low)
+	bl, err := decodeBlooms(w.Bloom)
+	if err != nil {
+		return fmt.Errorf("chunk %s: %w", w.ID, err)
 	}
+	c.Bloom = bl
 	return nil
 }
 
@@ -481,7 +449,7 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 				pending[prev.ID] = prev
 			}
 			c.ID = chunkID(p.key, c.N)
-			if err := s.setLow(ctx, &c, pending); err != nil {
+			if err := s.setBlocks(ctx, &c, pending); err != nil {
 				return err
 			}
 			docs = append(docs, c)

@@ -221,18 +221,33 @@ func TestFromBoundPassesLateChunks(t *testing.T) {
 	}
 }
 
-// Reads bounded by to (and from, with and without a cursor) list exactly
-// what filtering the whole newest-first listing gives, on a chain of small
-// writes where some arrive late with old createdAt, so no time order holds
-// between chunks; this also covers the blocks a read bounded by to skips.
-func TestTimeBoundsWithLateWrites(t *testing.T) {
+// Filtered reads (to, from, metricsId, with and without a cursor or a
+// page number) list exactly what filtering the whole newest-first listing
+// gives, on a chain of small writes where some arrive late with old
+// createdAt, so no time order holds between chunks, and metricsIds are
+// rare, common or unique; this covers the blocks the reads skip.
+func TestFilteredReadsWithLateWrites(t *testing.T) {
 	st := newStore(t)
 	mongostore.SetChunkMax(st, 3)
 	rng := rand.New(rand.NewPCG(7, 11))
+	metric := func(k int) string {
+		switch {
+		case k%50 == 0:
+			return "rare"
+		case k%3 == 0:
+			return "common"
+		case k%5 == 0:
+			return fmt.Sprint("unique-", k)
+		}
+		return ""
+	}
 	var listing []logs.Record // newest first
 	for k := 0; k < 400; {
 		n := 1 + rng.IntN(7)
 		w := recs(k, n, "log")
+		for i := range w {
+			w[i].MetricsID = metric(k + i)
+		}
 		if rng.IntN(6) == 0 { // a late write: its records are older than many listed before it
 			back := time.Duration(1+rng.IntN(300)) * time.Millisecond
 			for i := range w {
@@ -245,7 +260,7 @@ func TestTimeBoundsWithLateWrites(t *testing.T) {
 		}
 		k += n
 	}
-	if err := mongostore.CheckTimeFields(context.Background(), st, mongostore.TypeKey("log")); err != nil {
+	if err := mongostore.CheckBlocks(context.Background(), st, mongostore.TypeKey("log")); err != nil {
 		t.Fatal(err)
 	}
 	expect := func(q logs.Query) []string {
@@ -256,7 +271,8 @@ func TestTimeBoundsWithLateWrites(t *testing.T) {
 		}
 		skip := q.Skip
 		for _, r := range listing[from:] {
-			if (!q.From.IsZero() && r.CreatedAt.Before(q.From)) || (!q.To.IsZero() && !r.CreatedAt.Before(q.To)) {
+			if (!q.From.IsZero() && r.CreatedAt.Before(q.From)) || (!q.To.IsZero() && !r.CreatedAt.Before(q.To)) ||
+				(q.MetricsID != "" && r.MetricsID != q.MetricsID) {
 				continue
 			}
 			if skip > 0 {
@@ -270,11 +286,19 @@ func TestTimeBoundsWithLateWrites(t *testing.T) {
 		}
 		return out
 	}
-	for i := range 300 {
+	for i := range 400 {
 		q := logs.Query{Type: "log", Limit: 1 + rng.IntN(12)}
-		q.To = t0.Add(time.Duration(rng.IntN(420)) * time.Millisecond)
+		if i%6 != 5 {
+			q.To = t0.Add(time.Duration(rng.IntN(420)) * time.Millisecond)
+		}
 		if i%3 == 1 {
 			q.From = q.To.Add(-time.Duration(1+rng.IntN(80)) * time.Millisecond)
+			if q.To.IsZero() {
+				q.From = t0.Add(time.Duration(rng.IntN(420)) * time.Millisecond)
+			}
+		}
+		if i%2 == 0 {
+			q.MetricsID = []string{"rare", "common", "absent", metric(5 * rng.IntN(80))}[rng.IntN(4)]
 		}
 		if i%4 == 2 {
 			q.BeforeID = id(listing[rng.IntN(len(listing))])
@@ -284,35 +308,51 @@ func TestTimeBoundsWithLateWrites(t *testing.T) {
 		}
 		got := list(t, st, q)
 		if w := expect(q); !slices.Equal(got, w) {
-			t.Fatalf("query %d (to %v, from %v, before %s, skip %d, limit %d):\n got %q\nwant %q",
-				i, q.To.Sub(t0), q.From.Sub(t0), q.BeforeID, q.Skip, q.Limit, got, w)
+			t.Fatalf("query %d %+v:\n got %q\nwant %q", i, q, got, w)
 		}
 	}
 }
 
-// A read bounded by to deep in a long chain costs a logarithmic number of
-// lookups, not one per newer chunk: 4,000 one-record chunks, read with no
-// chunk cache.
-func TestToBoundDeepIsLogarithmic(t *testing.T) {
+// Filtered reads deep in a long chain cost a logarithmic number of lookups,
+// not one per newer chunk: 4,000 one-record chunks, each record with its
+// own metricsId, read with no chunk cache.
+func TestFilteredReadsDeepAreLogarithmic(t *testing.T) {
 	st := newStore(t)
 	st.SetChunkCache(0)
 	mongostore.SetChunkMax(st, 1)
 	const n = 4000
 	rs := recs(0, n, "log")
+	for i := range rs {
+		rs[i].MetricsID = fmt.Sprint("req-", i)
+	}
 	for i := 0; i < n; i += 250 {
 		insert(t, st, rs[i:i+250])
 	}
-	reads := mongostore.ChunkReads(st)
-	got := list(t, st, logs.Query{Type: "log", To: t0.Add(100 * time.Millisecond), Limit: 20})
-	if w := want(80, 100, nil); !slices.Equal(got, w) {
-		t.Fatalf("to 100 ms: %q, want %q", got, w)
-	}
-	used := mongostore.ChunkReads(st) - reads
-	t.Logf("to-bounded page 3,900 chunks deep: %d chunk lookups", used)
-	// Finding the head, then about two lookups per level of 4,000 chunks
-	// (12), then the 20 chunks of the page; a scan would read 3,900.
-	if used > 80 {
-		t.Fatalf("%d chunk lookups for a to-bounded page; want O(log n)", used)
+	for _, c := range []struct {
+		name string
+		q    logs.Query
+		want []string
+		max  int64
+	}{
+		// Finding the head, about two lookups per level of 4,000 chunks
+		// (12), then the 20 chunks of the page.
+		{"to 100 ms", logs.Query{To: t0.Add(100 * time.Millisecond), Limit: 20}, want(80, 100, nil), 80},
+		// Head, then skips over Bloom blocks of up to 256 chunks (above
+		// that they are too full to keep) and their false positives.
+		{"metricsId req-100", logs.Query{MetricsID: "req-100", Limit: 20}, want(100, 101, nil), 150},
+		{"metricsId absent", logs.Query{MetricsID: "absent", Limit: 20}, nil, 150},
+		{"metricsId and to", logs.Query{MetricsID: "req-7", To: t0.Add(time.Second), Limit: 20}, want(7, 8, nil), 150},
+	} {
+		reads := mongostore.ChunkReads(st)
+		c.q.Type = "log"
+		if got := list(t, st, c.q); !slices.Equal(got, c.want) {
+			t.Fatalf("%s: %q, want %q", c.name, got, c.want)
+		}
+		used := mongostore.ChunkReads(st) - reads
+		t.Logf("%s, 4,000 chunks: %d chunk lookups", c.name, used)
+		if used > c.max {
+			t.Fatalf("%s: %d chunk lookups, want at most %d (a scan reads up to 4,000)", c.name, used, c.max)
+		}
 	}
 }
 
@@ -348,7 +388,7 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 			checkOnce(t, st, "appA", 205)
 			checkOnce(t, st, "appB", 205)
 			for _, key := range []string{mongostore.TypeKey("log"), mongostore.AppKey("appA", "log"), mongostore.AppKey("appB", "log")} {
-				if err := mongostore.CheckTimeFields(context.Background(), st, key); err != nil {
+				if err := mongostore.CheckBlocks(context.Background(), st, key); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -403,7 +443,7 @@ func TestConcurrentWriters(t *testing.T) {
 	checkOnce(t, st, "", total)
 	checkOnce(t, st, "appA", total/2)
 	for _, key := range []string{mongostore.TypeKey("log"), mongostore.AppKey("appA", "log"), mongostore.AppKey("appB", "log")} {
-		if err := mongostore.CheckTimeFields(context.Background(), st, key); err != nil {
+		if err := mongostore.CheckBlocks(context.Background(), st, key); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -111,24 +111,30 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 		idx = int(top - 1 - start.Pos)
 		q.Skip = 0
 	}
-	if !q.To.IsZero() {
-		// Nothing after the newest chunk holding a record older than to
-		// can match.
-		c, err := s.newestBefore(ctx, key, start, q.To)
-		if err != nil || c == nil {
-			return []logs.Record{}, err
-		}
-		if c.N < start.N {
-			start, idx = c, len(c.Records)-1
-		}
-	}
 	out := make([]logs.Record, 0, q.Limit)
 	skip := q.Skip
+	sk := newSkipper(q)
 	c := start
-	for scanned := 0; c != nil && len(out) < q.Limit; scanned++ {
-		// No record of c or of any chunk before it is as new as from.
-		if filtered && (scanned >= maxFilterScan || (!q.From.IsZero() && c.HiAt.Before(q.From))) {
-			break
+	// Filtered reads count the chunks they look at, skipped ones too.
+	for looked := 1; ; looked++ {
+		if filtered {
+			// No record of c or of any chunk before it is as new as from.
+			if !q.From.IsZero() && c.HiAt.Before(q.From) {
+				break
+			}
+			if back := sk.skip(c); back > 0 {
+				if looked >= maxFilterScan {
+					break
+				}
+				if c, err = s.chunk(ctx, key, c.N-back); err != nil {
+					return nil, err
+				}
+				if c == nil {
+					break // past the oldest kept chunk
+				}
+				idx = chunkMaxRecords
+				continue
+			}
 		}
 		for i := min(idx, len(c.Records)-1); i >= 0 && len(out) < q.Limit; i-- {
 			r := c.Records[i]
@@ -145,39 +151,18 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 			}
 			out = append(out, rec)
 		}
-		if len(out) >= q.Limit {
+		if len(out) >= q.Limit || (filtered && looked >= maxFilterScan) {
 			break
 		}
 		if c, err = s.chunk(ctx, key, c.N-1); err != nil {
 			return nil, err
 		}
+		if c == nil {
+			break
+		}
 		idx = chunkMaxRecords
 	}
 	return out, nil
-}
-
-// newestBefore returns the newest chunk at or before from in key's chain
-// that holds a record created before t (nil when none does). It skips back
-// over the largest block ending at each chunk with nothing that old (see
-// chunkDoc.Low): O(log n) lookups.
-func (s *Store) newestBefore(ctx context.Context, key string, from *chunkDoc, t time.Time) (*chunkDoc, error) {
-	c := from
-	for {
-		if c.MinAt.Before(t) {
-			return c, nil
-		}
-		skip := int64(1)
-		for l := len(c.Low) - 1; l > 0; l-- {
-			if !c.Low[l].Before(t) {
-				skip = 1 << l
-				break
-			}
-		}
-		var err error
-		if c, err = s.chunk(ctx, key, c.N-skip); err != nil || c == nil {
-			return nil, err // nil: past the oldest kept chunk
-		}
-	}
 }
 
 func matches(q logs.Query, r chunkRec) bool {
