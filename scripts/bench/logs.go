@@ -258,10 +258,16 @@ func benchLogs(e *env) error {
 	if err != nil {
 		return err
 	}
+	// A metricsId no record has: the read must rule out the whole chain.
+	byMetric, err := pageLatencies(ctx, c, e.p.GatewayURL+"/log/log/1?metricsId=held-by-none", hdr, 200, time.Minute)
+	if err != nil {
+		return err
+	}
 	e.report("logs", fmt.Sprintf("GET /log/log/1, about %d records stored", total), latString(first), "p99 < 50 ms")
 	e.report("logs", fmt.Sprintf("GET /log/log/1?before=<record %d deep (%d pages of 50)>", depth, depth/50), latString(deep), "p99 < 50 ms")
 	e.report("logs", "GET /log/log/1000 (page number, no cursor)", latString(byNumber), "")
 	e.report("logs", "GET /log/log/1?to=<createdAt of that deep record>", latString(byTime), "")
+	e.report("logs", "GET /log/log/1?metricsId=<held by no record>", latString(byMetric), "")
 	return nil
 }
 
