@@ -389,7 +389,8 @@ func TestOriginPolicy(t *testing.T) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
-		resp.Header.Get("Access-Control-Allow-Credentials") != "true" {
+		resp.Header.Get("Access-Control-Allow-Credentials") != "true" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "Logs-Resume-Before") {
 		t.Fatalf("allowed origin: %d %v", resp.StatusCode, resp.Header)
 	}
 }

@@ -496,6 +496,9 @@ func (h *Handler) originAllowed(w http.ResponseWriter, r *http.Request) bool {
 	if h.origins[origin] {
 		w.Header().Set("Access-Control-Allow-Origin", origin)
 		w.Header().Set("Access-Control-Allow-Credentials", "true")
+		// Response headers a page of that origin may read: the file name of
+		// a download, where a cut-short log listing reads on, the request id.
+		w.Header().Set("Access-Control-Expose-Headers", "Content-Disposition, Logs-Resume-Before, X-Request-Id")
 		w.Header().Add("Vary", "Origin")
 		if r.Method == http.MethodOptions {
 			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE")

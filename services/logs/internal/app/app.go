@@ -40,6 +40,7 @@ type Settings struct {
 	MetricsInterval                                     time.Duration // consumer lag refresh
 	ReadTimeout, IdleTimeout                            time.Duration // HTTP: one request; an idle keep-alive
 	ChunkCacheMB                                        int           // recently used chunks kept in memory
+	FilterScan                                          int           // chunks a filtered read looks at, at most
 	Tail                                                httpapi.TailConfig
 }
 
@@ -84,6 +85,7 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	s.MetricsInterval = r.Duration("METRICS_INTERVAL", 15*time.Second)
 	s.ReadTimeout = r.Duration("READ_TIMEOUT", 60*time.Second)
 	s.ChunkCacheMB = r.Int("CHUNK_CACHE_MB", mongostore.DefaultChunkCacheBytes>>20)
+	s.FilterScan = r.Int("FILTER_SCAN", mongostore.DefaultFilterScan)
 	s.IdleTimeout = r.Duration("IDLE_TIMEOUT", 90*time.Second)
 	s.Tail = httpapi.TailConfig{
 		Heartbeat: r.Duration("TAIL_HEARTBEAT", 15*time.Second),
@@ -105,6 +107,9 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	}
 	if s.ChunkCacheMB < 0 || s.ChunkCacheMB > 1<<20 {
 		problems = append(problems, "LOGS_CHUNK_CACHE_MB must be between 0 and 1048576")
+	}
+	if s.FilterScan < 1 {
+		problems = append(problems, "LOGS_FILTER_SCAN must be at least 1")
 	}
 	if s.MaxBody < 1 {
 		problems = append(problems, "LOGS_MAX_BODY must be positive")
@@ -149,6 +154,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	defer cancel()
 	store := mongostore.New(mc.Database(s.MongoDB))
 	store.SetChunkCache(int64(s.ChunkCacheMB) << 20)
+	store.SetFilterScan(s.FilterScan)
 	if err := store.EnsureIndexes(sctx); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -463,5 +464,54 @@ func TestReadTimeout(t *testing.T) {
 	_, env, _ := newEnv(t, map[string]string{"LOGS_READ_TIMEOUT": "0s"})
 	if err := app.Run(context.Background(), env.Getenv, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "LOGS_READ_TIMEOUT") {
 		t.Fatalf("LOGS_READ_TIMEOUT=0s: %v", err)
+	}
+}
+
+// A filtered listing that looked at as many chunks as LOGS_FILTER_SCAN
+// allows says where to read on (Logs-Resume-Before); following it lists
+// every match once, newest first, and the last page has no such header.
+func TestFilteredListingResumes(t *testing.T) {
+	v := startService(t, map[string]string{"LOGS_FILTER_SCAN": "1"})
+	admin := v.admin()
+	var want []string
+	for i := range 9 {
+		body := map[string]any{"app": "ACME-AUTH", "type": "error", "logBody": fmt.Sprint("error ", i)}
+		if i%3 == 0 {
+			body["metricsId"] = "req-7"
+			want = append([]string{fmt.Sprint("error ", i)}, want...)
+		}
+		if st, got := v.do("POST", "/log", admin, body); st != 201 {
+			t.Fatalf("post %d: %d %v", i, st, got)
+		}
+	}
+	var got []string
+	path, resumes := "/log/error/1/ACME-AUTH?metricsId=req-7", 0
+	for {
+		r := testkit.RawRequest(t, v.base, "GET", path, map[string]string{identity.Header: admin}, "")
+		if r.Status != 201 {
+			t.Fatalf("%s: %d %s", path, r.Status, r.Body)
+		}
+		var page struct {
+			Logs []struct {
+				LogBody string `json:"logBody"`
+			} `json:"logs"`
+		}
+		if err := json.Unmarshal(r.Body, &page); err != nil {
+			t.Fatalf("%s: %v: %s", path, err, r.Body)
+		}
+		for _, l := range page.Logs {
+			got = append(got, l.LogBody)
+		}
+		next := r.Header.Get("Logs-Resume-Before")
+		if next == "" {
+			break
+		}
+		if resumes++; resumes > 20 {
+			t.Fatal("the listing does not end")
+		}
+		path = "/log/error/1/ACME-AUTH?metricsId=req-7&before=" + next
+	}
+	if resumes == 0 || !slices.Equal(got, want) {
+		t.Fatalf("after %d resumes: %q, want %q", resumes, got, want)
 	}
 }

@@ -41,7 +41,7 @@ func (m *memStore) InsertBatch(_ context.Context, rs []logs.Record) ([]error, er
 	return make([]error, len(rs)), nil
 }
 
-func (m *memStore) List(_ context.Context, q logs.Query) ([]logs.Record, error) {
+func (m *memStore) List(_ context.Context, q logs.Query) (logs.Page, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []logs.Record
@@ -51,7 +51,7 @@ func (m *memStore) List(_ context.Context, q logs.Query) ([]logs.Record, error) 
 		if !found {
 			if r.ID == q.BeforeID {
 				if r.Type != q.Type || q.AppID != "" && r.AppID != q.AppID {
-					return nil, logs.ErrCursorMismatch
+					return logs.Page{}, logs.ErrCursorMismatch
 				}
 				found = true
 			}
@@ -62,13 +62,13 @@ func (m *memStore) List(_ context.Context, q logs.Query) ([]logs.Record, error) 
 		}
 	}
 	if !found {
-		return nil, logs.ErrNotFound
+		return logs.Page{}, logs.ErrNotFound
 	}
 	if q.Skip >= len(out) {
-		return nil, nil
+		return logs.Page{}, nil
 	}
 	out = out[q.Skip:]
-	return out[:min(len(out), q.Limit)], nil
+	return logs.Page{Records: out[:min(len(out), q.Limit)]}, nil
 }
 
 func (m *memStore) DeleteBefore(context.Context, time.Time) (int64, error) { return 0, nil }

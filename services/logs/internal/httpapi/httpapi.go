@@ -168,6 +168,10 @@ func invalidType(typ string) error {
 	}}
 }
 
+// ResumeHeader is set on a filtered listing cut short by the read's bound:
+// the id to pass as ?before= (with page 1) to read on.
+const ResumeHeader = "Logs-Resume-Before"
+
 // listLogs: GET /log/:type/:page[/:app] → 201 {logs}.
 func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 	typ := strings.Clone(c.Params("type"))
@@ -216,7 +220,7 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		}
 		q.BeforeID = strings.Clone(s)
 	}
-	recs, err := a.Store.List(c.UserContext(), q)
+	found, err := a.Store.List(c.UserContext(), q)
 	switch {
 	case errors.Is(err, logs.ErrNotFound):
 		return &web.Error{Status: http.StatusNotFound, Code: "cursor_not_found", Field: "before", Message: "no log record with the id given in before"}
@@ -225,9 +229,14 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 	case err != nil:
 		return err
 	}
-	out := make([]recordJSON, len(recs))
-	for i, r := range recs {
+	out := make([]recordJSON, len(found.Records))
+	for i, r := range found.Records {
 		out[i] = toRecordJSON(r)
+	}
+	if found.ResumeBefore != "" {
+		// A filtered read that looked at as many chunks as it may: the
+		// page may be short; read on with ?before=<this id>.
+		c.Set(ResumeHeader, found.ResumeBefore)
 	}
 	return c.Status(http.StatusCreated).JSON(fiber.Map{"logs": out})
 }

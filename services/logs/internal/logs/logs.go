@@ -80,6 +80,15 @@ type Query struct {
 	Limit     int
 }
 
+// Page is what List found. A filtered read looks at a bounded number of
+// chunks; when that bound cut the page short, ResumeBefore is the id of the
+// oldest record it looked at: the same query with that cursor (page 1)
+// reads on from there.
+type Page struct {
+	Records      []Record
+	ResumeBefore string
+}
+
 // Store keeps records, apps and dead letters.
 type Store interface {
 	// EnsureApps makes an App for every name (idempotent, safe when several
@@ -96,7 +105,7 @@ type Store interface {
 	InsertBatch(ctx context.Context, rs []Record) (perRecord []error, err error)
 	// List returns the records of q, newest first (ErrNotFound for an
 	// unknown cursor, ErrCursorMismatch for a cursor of another type or app).
-	List(ctx context.Context, q Query) ([]Record, error)
+	List(ctx context.Context, q Query) (Page, error)
 	// DeleteBefore removes records created before t and reports how many.
 	DeleteBefore(ctx context.Context, t time.Time) (int64, error)
 	AddDeadLetters(ctx context.Context, ds []DeadLetter) error

@@ -126,8 +126,8 @@ func BenchmarkColdCursor(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		fresh := mongostore.New(st.Database())
-		if rs, err := fresh.List(context.Background(), q); err != nil || len(rs) != 5 {
-			b.Fatal(err, len(rs))
+		if p, err := fresh.List(context.Background(), q); err != nil || len(p.Records) != 5 {
+			b.Fatal(err, len(p.Records))
 		}
 	}
 }
@@ -139,8 +139,8 @@ func BenchmarkTrickleFirstPage(b *testing.B) {
 	q := logs.Query{Type: all[0].Type, Limit: 50}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if rs, err := st.List(context.Background(), q); err != nil || len(rs) != 50 {
-			b.Fatal(err, len(rs))
+		if p, err := st.List(context.Background(), q); err != nil || len(p.Records) != 50 {
+			b.Fatal(err, len(p.Records))
 		}
 	}
 }

@@ -67,12 +67,15 @@ func insert(t *testing.T, st *mongostore.Store, rs []logs.Record) {
 // bodies lists a query page by page (or by cursor) and returns the bodies.
 func list(t *testing.T, st *mongostore.Store, q logs.Query) []string {
 	t.Helper()
-	got, err := st.List(context.Background(), q)
+	page, err := st.List(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]string, len(got))
-	for i, r := range got {
+	if page.ResumeBefore != "" {
+		t.Fatalf("%+v: the page was cut short (resume before %s)", q, page.ResumeBefore)
+	}
+	out := make([]string, len(page.Records))
+	for i, r := range page.Records {
 		out[i] = r.LogBody
 	}
 	return out
@@ -352,6 +355,61 @@ func TestFilteredReadsDeepAreLogarithmic(t *testing.T) {
 		t.Logf("%s, 4,000 chunks: %d chunk lookups", c.name, used)
 		if used > c.max {
 			t.Fatalf("%s: %d chunk lookups, want at most %d (a scan reads up to 4,000)", c.name, used, c.max)
+		}
+	}
+}
+
+// A filtered read that reaches its bound of chunks returns what it found
+// and a cursor; reading on from each cursor lists exactly what one
+// unbounded read would, whatever the filter.
+func TestFilterScanBoundResumes(t *testing.T) {
+	st := newStore(t)
+	mongostore.SetChunkMax(st, 1)
+	rs := recs(0, 300, "log")
+	for i := range rs {
+		if i%17 == 0 {
+			rs[i].MetricsID = "x"
+		} else {
+			rs[i].MetricsID = fmt.Sprint("other-", i)
+		}
+	}
+	for i := 0; i < len(rs); i += 50 {
+		insert(t, st, rs[i:i+50])
+	}
+	ctx := context.Background()
+	for i, q := range []logs.Query{
+		{Type: "log", MetricsID: "x", Limit: 100},
+		{Type: "log", From: t0.Add(40 * time.Millisecond), To: t0.Add(90 * time.Millisecond), Limit: 100},
+		{Type: "log", MetricsID: "x", To: t0.Add(250 * time.Millisecond), Limit: 100},
+		{Type: "log", MetricsID: "x", Limit: 100},
+	} {
+		st.SetFilterScan(mongostore.DefaultFilterScan)
+		whole := list(t, st, q)
+		if len(whole) == 0 {
+			t.Fatalf("%+v: nothing to list", q)
+		}
+		st.SetFilterScan(1 + 2*(i%2)) // 1 or 3 chunks past the first
+		var got []string
+		resumes := 0
+		for {
+			p, err := st.List(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range p.Records {
+				got = append(got, r.LogBody)
+			}
+			if p.ResumeBefore == "" {
+				break
+			}
+			resumes++
+			if resumes > len(rs) {
+				t.Fatalf("%+v: does not end", q)
+			}
+			q.BeforeID = p.ResumeBefore
+		}
+		if resumes == 0 || !slices.Equal(got, whole) {
+			t.Fatalf("%+v after %d resumes: %q, want %q", q, resumes, got, whole)
 		}
 	}
 }

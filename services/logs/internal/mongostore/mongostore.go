@@ -41,7 +41,8 @@ type Store struct {
 	slots  slots
 	cache  *chunkCache
 
-	chunkMax int // records per chunk (chunkMaxRecords; tests make it small)
+	chunkMax   int // records per chunk (chunkMaxRecords; tests make it small)
+	filterScan int // chunks a filtered read looks at (DefaultFilterScan)
 	// chunkReads counts chunks read from the server (tests count lookups).
 	chunkReads atomic.Int64
 	// beforeAppend, when set (tests), runs before each chain is written.
@@ -57,23 +58,28 @@ var _ logs.Store = (*Store)(nil)
 // New returns a store on db.
 func New(db *mongo.Database) *Store {
 	return &Store{
-		db:       db,
-		chunks:   db.Collection(ChunksCollection),
-		ids:      db.Collection(IDsCollection),
-		hints:    db.Collection(HintsCollection),
-		apps:     db.Collection(AppsCollection),
-		dead:     db.Collection(DeadLettersCollection),
-		heads:    heads{n: map[string]headHint{}, claim: map[string]*sync.Mutex{}},
-		slots:    slots{blocks: map[string]*cachedBlock{}, lock: map[string]*sync.Mutex{}},
-		chunkMax: chunkMaxRecords,
-		cache:    newChunkCache(DefaultChunkCacheBytes),
-		appNames: map[string]string{},
+		db:         db,
+		chunks:     db.Collection(ChunksCollection),
+		ids:        db.Collection(IDsCollection),
+		hints:      db.Collection(HintsCollection),
+		apps:       db.Collection(AppsCollection),
+		dead:       db.Collection(DeadLettersCollection),
+		heads:      heads{n: map[string]headHint{}, claim: map[string]*sync.Mutex{}},
+		slots:      slots{blocks: map[string]*cachedBlock{}, lock: map[string]*sync.Mutex{}},
+		chunkMax:   chunkMaxRecords,
+		filterScan: DefaultFilterScan,
+		cache:      newChunkCache(DefaultChunkCacheBytes),
+		appNames:   map[string]string{},
 	}
 }
 
 // SetChunkCache sets the size of the chunk cache in bytes (0: none). Call
 // it before using the store.
 func (s *Store) SetChunkCache(bytes int64) { s.cache = newChunkCache(bytes) }
+
+// SetFilterScan sets how many chunks a filtered read looks at, at most
+// (n >= 1). Call it before using the store.
+func (s *Store) SetFilterScan(n int) { s.filterScan = max(n, 1) }
 
 // EnsureIndexes creates the indexes (idempotent). Reads address chunks and
 // id documents by _id only; the other indexes serve retention and the

@@ -11,9 +11,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// maxFilterScan bounds the chunks a filtered query (metricsId, from, to)
-// reads for one page; a page cut short by it ends with the records found.
-const maxFilterScan = 20000
+// DefaultFilterScan bounds the chunks a filtered query (metricsId, from,
+// to) looks at for one page, skipped ones included; a page cut short by it
+// ends with the records found and a cursor to read on from (logs.Page).
+const DefaultFilterScan = 20000
 
 // record rebuilds a record listed in key's chain: the type (and in an app
 // chain the app) come from the key, the app's name from its id.
@@ -78,7 +79,12 @@ func queryKey(q logs.Query) string {
 // Without filters, page p is found by position (a bisection over chunk
 // numbers); a cursor is found through its id document; filters walk the
 // chain from there.
-func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
+func (s *Store) List(ctx context.Context, q logs.Query) (logs.Page, error) {
+	recs, resume, err := s.list(ctx, q)
+	return logs.Page{Records: recs, ResumeBefore: resume}, err
+}
+
+func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, error) {
 	key := queryKey(q)
 	// start: the chunk and the index in it of the newest record to look at.
 	var start, head *chunkDoc
@@ -88,14 +94,14 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 	if q.BeforeID == "" {
 		// A cursor page needs no head: it starts at the cursor's chunk.
 		if head, err = s.head(ctx, key); err != nil || head == nil {
-			return []logs.Record{}, err
+			return []logs.Record{}, "", err
 		}
 	}
 	switch {
 	case q.BeforeID != "":
 		c, i, err := s.locate(ctx, q, key)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		start, idx = c, i-1
 	case filtered:
@@ -103,10 +109,10 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 	default:
 		top := head.end() - int64(q.Skip) // records [0, top) remain
 		if top <= 0 {
-			return []logs.Record{}, nil
+			return []logs.Record{}, "", nil
 		}
 		if start, err = s.findPos(ctx, key, head, top-1); err != nil || start == nil {
-			return []logs.Record{}, err
+			return []logs.Record{}, "", err
 		}
 		idx = int(top - 1 - start.Pos)
 		q.Skip = 0
@@ -115,19 +121,20 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 	skip := q.Skip
 	sk := newSkipper(q)
 	c := start
-	// Filtered reads count the chunks they look at, skipped ones too.
-	for looked := 1; ; looked++ {
+	// Filtered reads count the chunks they move to past the first, skipped
+	// ones too: a read resumed from a cursor always gets further.
+	for looked := 0; ; looked++ {
 		if filtered {
 			// No record of c or of any chunk before it is as new as from.
 			if !q.From.IsZero() && c.HiAt.Before(q.From) {
 				break
 			}
 			if back := sk.skip(c); back > 0 {
-				if looked >= maxFilterScan {
-					break
+				if looked >= s.filterScan {
+					return out, c.Records[0].ID.Hex(), nil // nothing in c matches
 				}
 				if c, err = s.chunk(ctx, key, c.N-back); err != nil {
-					return nil, err
+					return nil, "", err
 				}
 				if c == nil {
 					break // past the oldest kept chunk
@@ -147,22 +154,25 @@ func (s *Store) List(ctx context.Context, q logs.Query) ([]logs.Record, error) {
 			}
 			rec, err := s.record(ctx, key, r)
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			out = append(out, rec)
 		}
-		if len(out) >= q.Limit || (filtered && looked >= maxFilterScan) {
+		if len(out) >= q.Limit {
 			break
 		}
+		if filtered && looked >= s.filterScan {
+			return out, c.Records[0].ID.Hex(), nil // c is read to its oldest record
+		}
 		if c, err = s.chunk(ctx, key, c.N-1); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if c == nil {
 			break
 		}
 		idx = chunkMaxRecords
 	}
-	return out, nil
+	return out, "", nil
 }
 
 func matches(q logs.Query, r chunkRec) bool {
