@@ -86,6 +86,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Thirty records for the listing's pages (20 a page).
+	for i := range 30 {
+		if !lc.Log("SERVER-APP-B", logclient.TypeLog, fmt.Sprintf("paging record %02d", i), "") {
+			t.Fatal("logclient refused a record")
+		}
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "console.mjs")

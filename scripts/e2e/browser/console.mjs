@@ -250,6 +250,31 @@ try {
     await adm.waitForTimeout(250);
   }
 
+  // Pages go by cursor: 30 records of SERVER-APP-B, 20 a page.
+  await adm.getByLabel('Type', { exact: true }).selectOption('log');
+  await adm.getByLabel('Application').selectOption('SERVER-APP-B');
+  await adm.getByLabel('Per page').selectOption('20');
+  const listed = adm.getByRole('table', { name: 'Log records' });
+  const firstBody = async () => (await listed.locator('tbody tr').first().textContent()) || '';
+  for (let i = 0; ; i++) {
+    await adm.getByRole('button', { name: 'Show', exact: true }).click();
+    await adm.waitForTimeout(250);
+    if (/paging record 29/.test(await firstBody())) break;
+    assert.ok(i < 20, 'the paging records were never listed');
+  }
+  assert.equal(await listed.locator('tbody tr').count(), 20);
+  const pages = adm.getByRole('navigation', { name: 'Log record pages' });
+  await pages.getByRole('button', { name: 'Older →' }).click();
+  await pages.getByText('Page 2').waitFor();
+  await listed.getByRole('button', { name: 'paging record 09' }).waitFor();
+  assert.match(await firstBody(), /paging record 09/);
+  assert.equal(await listed.locator('tbody tr').count(), 10);
+  assert.ok(await pages.getByRole('button', { name: 'Older →' }).isDisabled(), 'older than the oldest page');
+  await pages.getByRole('button', { name: '← Newer' }).click();
+  await pages.getByText('Page 1').waitFor();
+  await listed.getByRole('button', { name: 'paging record 29' }).waitFor();
+  log('listing pages by cursor');
+
   // Dead letters: a message that can never be a record is listed with its
   // reason, and its payload is shown.
   step = 'admin dead letters';

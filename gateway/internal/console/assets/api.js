@@ -13,6 +13,11 @@ export class APIError extends Error {
 }
 
 export async function api(method, path, body) {
+  return (await apiResponse(method, path, body)).data;
+}
+
+// apiResponse is api with the response headers: {data, headers}.
+export async function apiResponse(method, path, body) {
   const opts = { method, credentials: 'same-origin', headers: { Accept: 'application/json' } };
   if (body !== undefined) {
     opts.headers['Content-Type'] = 'application/json';
@@ -33,7 +38,7 @@ export async function api(method, path, body) {
     err.retryAfter = Number((data && data.retryAfter) || res.headers.get('Retry-After') || 0);
     throw err;
   }
-  return data;
+  return { data, headers: res.headers };
 }
 
 let onUnauthorized = null;

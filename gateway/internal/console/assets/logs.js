@@ -1,4 +1,4 @@
-import { api } from './api.js';
+import { api, apiResponse } from './api.js';
 import { h, field, errorBox, say, fmtDate } from './dom.js';
 
 const TYPES = ['log', 'error', 'db'];
@@ -32,11 +32,14 @@ export async function logsPage(main) {
   const table = (tbody, label, heads = ['Time', 'Application', 'Type', 'Body']) => h('div', { class: 'scroll' }, h('table', { 'aria-label': label },
     h('thead', {}, h('tr', {}, heads.map(t => h('th', { scope: 'col' }, t)))), tbody));
 
-  // Listing: type, app, time range, pages.
-  let page = 1;
+  // Listing: type, app, time range, pages. Pages go by cursor (?before=
+  // the last record shown), so they stay put while records arrive; a page
+  // the service cut short (Logs-Resume-Before) reads on from where it
+  // stopped.
+  let cursors = ['']; // cursors[i]: where page i+1 starts ('' = the newest)
   const err = errorBox();
   const tbody = h('tbody');
-  const pager = h('div', { class: 'pager' });
+  const pager = h('nav', { class: 'pager', 'aria-label': 'Log record pages' });
   const filters = h('form', { class: 'filters', 'aria-label': 'Log filters' },
     field('Type', 'type', { options: TYPES, value: 'log' }),
     field('Application', 'app', { options: appOptions, value: '' }),
@@ -44,24 +47,28 @@ export async function logsPage(main) {
     field('To', 'to', { type: 'datetime-local', step: 1 }),
     field('Per page', 'limit', { options: ['20', '50', '100'], value: '50' }),
     h('button', { type: 'submit' }, 'Show'));
-  filters.addEventListener('submit', (ev) => { ev.preventDefault(); page = 1; load(); });
+  filters.addEventListener('submit', (ev) => { ev.preventDefault(); cursors = ['']; load(); });
 
   async function load() {
     err.show('');
     const f = filters;
     const limit = Number(f.limit.value);
-    let path = `/log/${encodeURIComponent(f.type.value)}/${page}` + (f.app.value ? '/' + encodeURIComponent(f.app.value) : '');
+    const path = `/log/${encodeURIComponent(f.type.value)}/1` + (f.app.value ? '/' + encodeURIComponent(f.app.value) : '');
     const q = new URLSearchParams({ limit: String(limit) });
     if (f.from.value) q.set('from', new Date(f.from.value).toISOString());
     if (f.to.value) q.set('to', new Date(f.to.value).toISOString());
+    const page = cursors.length;
+    if (cursors[page - 1]) q.set('before', cursors[page - 1]);
     try {
-      const r = await api('GET', path + '?' + q);
+      const { data: r, headers } = await apiResponse('GET', path + '?' + q);
+      const resume = headers.get('Logs-Resume-Before');
       tbody.replaceChildren(...r.logs.map(row));
-      if (!r.logs.length) tbody.append(h('tr', {}, h('td', { colspan: 4 }, 'No records.')));
+      if (!r.logs.length) tbody.append(h('tr', {}, h('td', { colspan: 4 }, resume ? 'Nothing yet: the search stopped early.' : 'No records.')));
+      const next = resume || (r.logs.length === limit ? r.logs[r.logs.length - 1].id : '');
       pager.replaceChildren(
-        h('button', { type: 'button', disabled: page <= 1, onclick: () => { page--; load(); } }, '← Newer'),
+        h('button', { type: 'button', disabled: page <= 1, onclick: () => { cursors.pop(); load(); } }, '← Newer'),
         h('span', {}, 'Page ' + page),
-        h('button', { type: 'button', disabled: r.logs.length < limit, onclick: () => { page++; load(); } }, 'Older →'));
+        h('button', { type: 'button', disabled: !next, onclick: () => { cursors.push(next); load(); } }, resume ? 'Search older →' : 'Older →'));
     } catch (e) {
       err.show(e.body.field ? `${e.body.field}: ${e.message}` : e.message);
     }
