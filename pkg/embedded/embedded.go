@@ -7,8 +7,11 @@ package embedded
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,24 +50,56 @@ func NATS(dir, host string, port int) (*server.Server, error) {
 
 // FreeAddr returns a loopback address with a port that was free a moment ago.
 // It never returns the same address twice in one process: callers often
-// take several before binding any (a platform's processes), and the kernel
-// may hand a just-closed port out again.
+// take several before binding any (a platform's processes).
+//
+// The port is drawn at random from below the kernel's ephemeral range
+// (ip_local_port_range): servers here are stopped and started again on the
+// same address (fault tests, restarts), and a port from the ephemeral range
+// may meanwhile be handed to any other process binding port 0 or opening a
+// connection, which then answers in the server's place or keeps it from
+// binding. Where the range cannot be read, the kernel picks (port 0).
 func FreeAddr() (string, error) {
 	givenMu.Lock()
 	defer givenMu.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
+	lo, hi := belowEphemeral()
+	for range 200 {
+		a := "127.0.0.1:0"
+		if lo < hi {
+			a = fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo))
+			if given[a] {
+				continue
+			}
 		}
-		a := l.Addr().String()
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			continue // taken
+		}
+		a = l.Addr().String()
 		l.Close()
 		if !given[a] {
 			given[a] = true
 			return a, nil
 		}
 	}
-	return "", fmt.Errorf("no unused loopback port after 100 tries")
+	return "", fmt.Errorf("no unused loopback port after 200 tries")
+}
+
+// belowEphemeral is the port range [lo, hi) FreeAddr draws from: from 20000
+// up to the first ephemeral port (none when that is not above 21000).
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first <= 21000 {
+		return 0, 0
+	}
+	return 20000, first
 }
 
 var (

@@ -16,6 +16,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // FerretDBProgramVersion is the version of pkg/cmd/ferretdb. Bump it when
@@ -237,7 +241,15 @@ func (p *FerretDBProc) start(ctx context.Context) error {
 		c, err := net.DialTimeout("tcp", p.Addr, time.Second)
 		if err == nil {
 			c.Close()
-			return nil
+			// Listening, but is it this process? Another may hold the
+			// address (then this one exits: address in use).
+			var pid int64
+			if pid, err = serverPid(ctx, p.URI); err == nil && pid == int64(cmd.Process.Pid) {
+				return nil
+			}
+			if err == nil {
+				err = fmt.Errorf("another process (pid %d) answers on %s", pid, p.Addr)
+			}
 		}
 		if time.Now().After(deadline) {
 			p.Stop()
@@ -318,4 +330,23 @@ func (p *FerretDBProc) Exited() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.exited
+}
+
+// serverPid asks the FerretDB server at uri for its process id
+// (serverStatus).
+func serverPid(ctx context.Context, uri string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := mongo.Connect(options.Client().ApplyURI(uri).SetDirect(true).SetServerSelectionTimeout(2 * time.Second))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = c.Disconnect(context.Background()) }()
+	var st struct {
+		Pid int64 `bson:"pid"`
+	}
+	if err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "serverStatus", Value: 1}}).Decode(&st); err != nil {
+		return 0, err
+	}
+	return st.Pid, nil
 }

@@ -3,8 +3,10 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +120,58 @@ func TestFerretDBUsesTheIDIndex(t *testing.T) {
 		}
 		if res["filterPushdown"] != true {
 			t.Errorf("lookup of _id %v: filter not pushed down: %v", id, res)
+		}
+	}
+}
+
+// A FerretDB process started on an address another process already answers
+// on reports that, instead of passing the other process off as itself
+// (which a restart on the same address once did: the port had been handed
+// to another server meanwhile, and the test talked to that one).
+func TestFerretDBStartRefusesAForeignListener(t *testing.T) {
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	p, err := StartFerretDB(context.Background(), FerretDBOptions{Dir: filepath.Join(t.TempDir(), "mongo"), Addr: addr})
+	if err == nil {
+		p.Stop()
+		t.Fatalf("started on %s, which another listener holds", addr)
+	}
+	t.Logf("refused after %s: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// FreeAddr draws ports from below the kernel's ephemeral range, where no
+// other process is handed one by the kernel.
+func TestFreeAddrBelowEphemeralRange(t *testing.T) {
+	lo, hi := belowEphemeral()
+	if lo >= hi {
+		t.Skip("no ip_local_port_range here")
+	}
+	for range 20 {
+		a, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(a)
+		n, _ := strconv.Atoi(port)
+		if n < lo || n >= hi {
+			t.Fatalf("%s: port outside [%d, %d)", a, lo, hi)
 		}
 	}
 }
