@@ -172,41 +172,40 @@ type hintDoc struct {
 	N  int64  `bson:"n"`
 }
 
-// heads caches the last chunk seen per key (a hint: the chain is probed
-// forward from it on every read), and where the chain ends after it when
-// this process wrote that chunk (so the next write needs no read).
+// heads caches the last chunk seen per key, without its records: a hint
+// for reads (the chain is probed forward from it), and for this process's
+// next write the chunk it follows (its place and running fields), so that
+// write needs no read.
 type heads struct {
-	mu sync.Mutex
-	n  map[string]headHint
+	mu   sync.Mutex
+	last map[string]*chunkDoc
 	// claim serialises this process's writers per key, so they do not
 	// race each other for the same chunk numbers.
 	claim map[string]*sync.Mutex
 }
 
-type headHint struct {
-	n    int64
-	last *chunkDoc // chunk n, without its records, when it was written or read here
-}
-
+// get is the number of the last chunk seen of key (0: none).
 func (h *heads) get(key string) int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n[key].n
+	if c := h.hint(key); c != nil {
+		return c.N
+	}
+	return 0
 }
 
-func (h *heads) hint(key string) headHint {
+// hint is the last chunk seen of key (nil: none), without its records.
+func (h *heads) hint(key string) *chunkDoc {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.n[key]
+	return h.last[key]
 }
 
 func (h *heads) saw(c *chunkDoc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c.N >= h.n[c.Key].n {
+	if old := h.last[c.Key]; old == nil || c.N >= old.N {
 		last := *c
 		last.Records = nil // only its place and running fields are needed
-		h.n[c.Key] = headHint{n: c.N, last: &last}
+		h.last[c.Key] = &last
 	}
 }
 
@@ -428,9 +427,7 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 			}
 			prev, ok := prevs[p.key]
 			if !ok {
-				if h := s.heads.hint(p.key); h.last != nil {
-					prev = h.last
-				} else {
+				if prev = s.heads.hint(p.key); prev == nil {
 					var err error
 					if prev, err = s.head(ctx, p.key); err != nil {
 						return err

@@ -64,7 +64,7 @@ func New(db *mongo.Database) *Store {
 		hints:      db.Collection(HintsCollection),
 		apps:       db.Collection(AppsCollection),
 		dead:       db.Collection(DeadLettersCollection),
-		heads:      heads{n: map[string]headHint{}, claim: map[string]*sync.Mutex{}},
+		heads:      heads{last: map[string]*chunkDoc{}, claim: map[string]*sync.Mutex{}},
 		slots:      slots{blocks: map[string]*cachedBlock{}, lock: map[string]*sync.Mutex{}},
 		chunkMax:   chunkMaxRecords,
 		filterScan: DefaultFilterScan,
