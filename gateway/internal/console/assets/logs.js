@@ -9,22 +9,21 @@ export async function logsPage(main) {
   try { apps = (await api('GET', '/log/apps')).apps.map(a => a.name); } catch (e) { say(e.message, 'error'); }
   const appOptions = [{ value: '', label: 'All applications' }, ...apps];
 
-  // The full record, for the listing and the live tail alike.
+  // The details panel: a log record (listing and live tail alike) or a
+  // dead letter. facts: [label, value] pairs.
   const details = h('section', { class: 'card', id: 'log-details', 'aria-labelledby': 'ld-title', hidden: true });
-  function showRecord(r) {
+  function showDetails(title, facts, bodyLabel, body) {
     details.replaceChildren(
-      h('h2', { id: 'ld-title', tabindex: -1 }, 'Log record'),
-      h('dl', { class: 'facts' },
-        h('dt', {}, 'Time'), h('dd', {}, fmtDate(r.createdAt)),
-        h('dt', {}, 'Application'), h('dd', {}, r.app),
-        h('dt', {}, 'Type'), h('dd', {}, r.type),
-        h('dt', {}, 'Metrics id'), h('dd', {}, r.metricsId ?? '—'),
-        h('dt', {}, 'Id'), h('dd', {}, r.id)),
-      h('pre', { class: 'body', tabindex: 0, 'aria-label': 'Log body' }, r.logBody),
+      h('h2', { id: 'ld-title', tabindex: -1 }, title),
+      h('dl', { class: 'facts' }, ...facts.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
+      h('pre', { class: 'body', tabindex: 0, 'aria-label': bodyLabel }, body),
       h('button', { type: 'button', onclick: () => { details.hidden = true; } }, 'Close'));
     details.hidden = false;
     details.querySelector('h2').focus();
   }
+  const showRecord = (r) => showDetails('Log record', [
+    ['Time', fmtDate(r.createdAt)], ['Application', r.app], ['Type', r.type],
+    ['Metrics id', r.metricsId ?? '—'], ['Id', r.id]], 'Log body', r.logBody);
   const row = (r) => h('tr', { class: 'type-' + r.type },
     h('td', {}, fmtDate(r.createdAt)), h('td', {}, r.app), h('td', {}, h('span', { class: 'tag' }, r.type)),
     h('td', { class: 'clip' }, h('button', { type: 'button', class: 'link', title: 'Show the whole record', onclick: () => showRecord(r) },
@@ -130,21 +129,10 @@ export async function logsPage(main) {
   const deadErr = errorBox();
   const deadBody = h('tbody');
   const deadPager = h('div', { class: 'pager' });
-  function showDead(d) {
-    details.replaceChildren(
-      h('h2', { id: 'ld-title', tabindex: -1 }, 'Dead letter'),
-      h('dl', { class: 'facts' },
-        h('dt', {}, 'Received'), h('dd', {}, fmtDate(d.receivedAt)),
-        h('dt', {}, 'Subject'), h('dd', {}, d.subject),
-        h('dt', {}, 'Stream message'), h('dd', {}, d.id),
-        h('dt', {}, 'Message id'), h('dd', {}, d.msgId || '—'),
-        h('dt', {}, 'Deliveries'), h('dd', {}, String(d.deliveries)),
-        h('dt', {}, 'Reason'), h('dd', {}, d.reason)),
-      h('pre', { class: 'body', tabindex: 0, 'aria-label': 'Message payload' }, d.data || '(empty)'),
-      h('button', { type: 'button', onclick: () => { details.hidden = true; } }, 'Close'));
-    details.hidden = false;
-    details.querySelector('h2').focus();
-  }
+  const showDead = (d) => showDetails('Dead letter', [
+    ['Received', fmtDate(d.receivedAt)], ['Subject', d.subject], ['Stream message', d.id],
+    ['Message id', d.msgId || '—'], ['Deliveries', String(d.deliveries)], ['Reason', d.reason]],
+    'Message payload', d.data || '(empty)');
   const deadRow = (d) => h('tr', {},
     h('td', {}, fmtDate(d.receivedAt)), h('td', {}, d.subject),
     h('td', { class: 'clip' }, h('button', { type: 'button', class: 'link', title: 'Show the whole message', onclick: () => showDead(d) },
