@@ -114,6 +114,19 @@ func (r *Reader) str(key, def string, shared, secret bool) string {
 // for clients that take credentials in the URL (nats.go, the MongoDB
 // driver). The result is logged with its password masked.
 func (r *Reader) URLWithLogin(key, def, userKey, passwordKey string) string {
+	return r.withLogin(key, def, userKey, passwordKey, true)
+}
+
+// MongoURL is MONGO_URL (default def) with MONGO_USER and MONGO_PASSWORD
+// (or MONGO_PASSWORD_FILE) as its login, like URLWithLogin. A MongoDB
+// connection string is one URL even when it lists several hosts
+// (mongodb://a:27017,b:27017/?replicaSet=rs0), so it is not split at commas.
+// Options such as authSource stay as configured.
+func (r *Reader) MongoURL(def string) string {
+	return r.withLogin("MONGO_URL", def, "MONGO_USER", "MONGO_PASSWORD", false)
+}
+
+func (r *Reader) withLogin(key, def, userKey, passwordKey string, list bool) string {
 	raw := r.String(key, def)
 	user := r.String(userKey, "")
 	pass := r.Secret(passwordKey, "")
@@ -123,8 +136,10 @@ func (r *Reader) URLWithLogin(key, def, userKey, passwordKey string) string {
 		}
 		return raw
 	}
-	// nats.go takes a comma-separated list of servers: log in to each.
-	parts := strings.Split(raw, ",")
+	parts := []string{raw}
+	if list { // nats.go takes a comma-separated list of servers: log in to each.
+		parts = strings.Split(raw, ",")
+	}
 	for i, p := range parts {
 		u, err := url.Parse(strings.TrimSpace(p))
 		if err != nil || u.Host == "" {

@@ -165,6 +165,34 @@ func TestURLWithLogin(t *testing.T) {
 	}
 }
 
+func TestMongoURL(t *testing.T) {
+	pw := writeFile(t, "s3cr:t\n")
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"default", nil, "mongodb://127.0.0.1:27017"},
+		{"noUser", map[string]string{"MONGO_URL": "mongodb://mongo:27017/?authSource=acme"}, "mongodb://mongo:27017/?authSource=acme"},
+		{"userAndPasswordFile", map[string]string{"MONGO_URL": "mongodb://mongo:27017/?authSource=acme", "MONGO_USER": "acme", "MONGO_PASSWORD_FILE": pw},
+			"mongodb://acme:s3cr%3At@mongo:27017/?authSource=acme"},
+		// Several hosts are one connection string, logged in to once.
+		{"replicaSet", map[string]string{"MONGO_URL": "mongodb://m1:27017,m2:27017/?replicaSet=rs0", "MONGO_USER": "acme", "MONGO_PASSWORD": "x"},
+			"mongodb://acme:x@m1:27017,m2:27017/?replicaSet=rs0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := New("files", func(k string) string { return c.env[k] })
+			if got := r.MongoURL("mongodb://127.0.0.1:27017"); got != c.want {
+				t.Fatalf("got %q, want %q", got, c.want)
+			}
+			if err := r.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"nats://nats:4222":                        "nats://nats:4222",

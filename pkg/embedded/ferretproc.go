@@ -84,6 +84,49 @@ func FerretDBBinary(ctx context.Context, progress io.Writer) (string, error) {
 	})
 }
 
+// FerretDBServerBinary returns FerretDB's own server program
+// (github.com/FerretDB/FerretDB/cmd/ferretdb, with its flags: SQLite
+// handler, debug endpoints with /debug/readyz, and the experimental SCRAM
+// authentication with a setup user) built from the same patched copy as
+// FerretDBBinary, static, into the cache. The container tests run it as the
+// stand-in for MongoDB, where authentication matters; the in-process tests
+// use FerretDBBinary.
+func FerretDBServerBinary(ctx context.Context, progress io.Writer) (string, error) {
+	bin := filepath.Join(CacheDir(), "ferretdb-server-"+FerretDBVersion())
+	return cachedBinary(bin, func(out string) error {
+		src, err := ferretDBSource()
+		if err != nil {
+			return err
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "building FerretDB %s's own server program once into %s...\n", FerretDBVersion(), bin)
+		}
+		work, err := os.MkdirTemp(CacheDir(), "ferretdb-build-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		if _, err := ferretDBPatched(ctx, src, work); err != nil {
+			return err
+		}
+		// FerretDB's release builds generate build/version/version.txt
+		// (embedded into the program, which refuses to start without it);
+		// the module source does not carry it.
+		versionTxt := filepath.Join(work, "ferretdb", "build", "version", "version.txt")
+		if err := os.WriteFile(versionTxt, []byte(FerretDBVersion()+"\n"), 0o644); err != nil {
+			return err
+		}
+		// Built in the patched copy, with FerretDB's own go.mod and go.sum.
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/ferretdb")
+		cmd.Dir = filepath.Join(work, "ferretdb")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false -mod=mod", "GOWORK=off")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building ferretdb's server program: %w\n%s", err, b)
+		}
+		return nil
+	})
+}
+
 // The one-line patch FerretDB 1.24's SQLite backend needs: it creates the
 // _id index on the expression `_ferretdb_sjson->"_id"` but looks documents
 // up (find, update and delete by _id) with `_ferretdb_sjson->'$._id'`, which

@@ -63,7 +63,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	r := config.New("AUTH", getenv)
 	c := Config{
 		Addr:          r.Own("ADDR", "127.0.0.1:8081"),
-		MongoURL:      r.Secret("MONGO_URL", "mongodb://127.0.0.1:27017"),
+		MongoURL:      r.MongoURL("mongodb://127.0.0.1:27017"),
 		MongoDB:       r.String("MONGO_DB", "acme"),
 		NATSURL:       r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
 		SubjectPrefix: r.String("NATS_SUBJECT_PREFIX", "acme"),

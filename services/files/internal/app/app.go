@@ -57,7 +57,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	r := config.New("FILES", getenv)
 	c := Config{
 		Addr:     r.Own("ADDR", "127.0.0.1:8082"),
-		MongoURL: r.Secret("MONGO_URL", "mongodb://127.0.0.1:27017"), // may carry a password
+		MongoURL: r.MongoURL("mongodb://127.0.0.1:27017"),
 		MongoDB:  r.String("MONGO_DB", "acme"),
 		S3: s3store.Options{
 			Endpoint:      r.String("S3_ENDPOINT", "127.0.0.1:9000"),

@@ -49,7 +49,7 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	r := config.New("LOGS", getenv)
 	s := Settings{
 		Addr:      r.Own("ADDR", "127.0.0.1:8083"),
-		MongoURL:  r.Secret("MONGO_URL", "mongodb://127.0.0.1:27017"),
+		MongoURL:  r.MongoURL("mongodb://127.0.0.1:27017"),
 		MongoDB:   r.String("MONGO_DB", "acme"),
 		NATSURL:   r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
 		Prefix:    r.String("NATS_SUBJECT_PREFIX", "acme"),
