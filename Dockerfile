@@ -3,7 +3,13 @@
 # services/auth, services/files, services/logs (compose.yaml does).
 # scripts/composecheck checks this file keeps to the pattern.
 
-FROM golang:1.26.11-bookworm AS build
+# The base images, pinned. A machine that cannot pull them builds with
+# local stand-ins passed as build arguments (scripts/dockerenv.sh,
+# docs/deployment.md); these defaults are what users build with.
+ARG GO_IMAGE=golang:1.26.8-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
+
+FROM ${GO_IMAGE} AS build
 ARG SERVICE
 WORKDIR /src
 # Only the shared module and the service itself; the service's go.mod
@@ -16,7 +22,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     CGO_ENABLED=0 GOWORK=off GOFLAGS=-buildvcs=false \
     go build -trimpath -ldflags="-s -w" -o /out/app .
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/app /app
 USER nonroot:nonroot
 # `/app healthcheck` GETs its own /readyz (pkg/healthcheck): no shell needed.

@@ -3,7 +3,13 @@
 # same way (go install, CGO off), into a distroless non-root image.
 # Build context: the repository root (for the healthcheck probe).
 
-FROM golang:1.26.11-bookworm AS build
+# The base images, pinned. A machine that cannot pull them builds with
+# local stand-ins passed as build arguments (scripts/dockerenv.sh,
+# docs/deployment.md); these defaults are what users build with.
+ARG GO_IMAGE=golang:1.26.8-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
+
+FROM ${GO_IMAGE} AS build
 ARG MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
@@ -19,7 +25,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # The data directory, owned by nonroot so a fresh named volume inherits it.
 RUN mkdir -p /out/data
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/minio /minio
 COPY --from=build /out/probe /probe
 COPY --from=build --chown=65532:65532 /out/data /data

@@ -109,10 +109,13 @@ func (s Stage) Last(cmd string) (Instruction, bool) {
 }
 
 // ParseDockerfile splits a Dockerfile into stages. It understands what our
-// Dockerfiles use: comments, backslash continuations, FROM image [AS name];
-// not parser directives or heredocs.
+// Dockerfiles use: comments, backslash continuations, global ARG NAME=default
+// lines and FROM image [AS name], where the image may be ${NAME} of such an
+// ARG (Stage.Image is then its default, what a user's build uses); not parser
+// directives or heredocs.
 func ParseDockerfile(text string) ([]Stage, error) {
 	var stages []Stage
+	globals := map[string]string{}
 	var cur strings.Builder
 	start := 0
 	flush := func() error {
@@ -125,7 +128,15 @@ func ParseDockerfile(text string) ([]Stage, error) {
 		in := Instruction{Cmd: strings.ToUpper(cmd), Args: strings.TrimSpace(args), Line: start}
 		if in.Cmd == "FROM" {
 			f := strings.Fields(in.Args)
-			st := Stage{Image: f[0]}
+			image := f[0]
+			if name, ok := strings.CutPrefix(image, "${"); ok && strings.HasSuffix(name, "}") {
+				def, ok := globals[strings.TrimSuffix(name, "}")]
+				if !ok {
+					return fmt.Errorf("line %d: FROM %s names no global ARG with a default", in.Line, image)
+				}
+				image = def
+			}
+			st := Stage{Image: image}
 			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
 				st.Name = f[2]
 			}
@@ -133,8 +144,11 @@ func ParseDockerfile(text string) ([]Stage, error) {
 			return nil
 		}
 		if len(stages) == 0 {
-			if in.Cmd == "ARG" {
-				return nil // global build arguments
+			if in.Cmd == "ARG" { // global build arguments
+				if name, def, ok := strings.Cut(in.Args, "="); ok {
+					globals[name] = def
+				}
+				return nil
 			}
 			return fmt.Errorf("line %d: %s before FROM", in.Line, in.Cmd)
 		}

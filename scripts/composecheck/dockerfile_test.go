@@ -17,7 +17,8 @@ import (
 func TestParseDockerfile(t *testing.T) {
 	stages, err := ParseDockerfile(`# comment
 ARG X=1
-FROM golang:1.26.11-bookworm AS build
+ARG GO_IMAGE=golang:1.26.8-bookworm
+FROM ${GO_IMAGE} AS build
 RUN a \
     b \
 # inner comment
@@ -28,14 +29,17 @@ USER 65532
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stages) != 2 || stages[0].Name != "build" || stages[1].Image != "scratch" {
+	if len(stages) != 2 || stages[0].Name != "build" || stages[0].Image != "golang:1.26.8-bookworm" || stages[1].Image != "scratch" {
 		t.Fatalf("stages %+v", stages)
 	}
-	if run := stages[0].Instructions[0]; run.Cmd != "RUN" || strings.Join(strings.Fields(run.Args), " ") != "a b c" || run.Line != 4 {
+	if run := stages[0].Instructions[0]; run.Cmd != "RUN" || strings.Join(strings.Fields(run.Args), " ") != "a b c" || run.Line != 5 {
 		t.Fatalf("continuation: %+v", run)
 	}
 	if _, err := ParseDockerfile("RUN x\n"); err == nil {
 		t.Fatal("RUN before FROM accepted")
+	}
+	if _, err := ParseDockerfile("ARG BASE\nFROM ${BASE}\n"); err == nil {
+		t.Fatal("FROM of an ARG without a default accepted")
 	}
 }
 
