@@ -19,6 +19,7 @@ import (
 	"github.com/acme/platform/gateway/internal/openapi"
 	"github.com/acme/platform/gateway/internal/proxy"
 	"github.com/acme/platform/gateway/internal/sessions"
+	"github.com/acme/platform/gateway/internal/upstream"
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
@@ -49,30 +50,39 @@ type Config struct {
 	Idle           time.Duration
 	MaxHeaderBytes int
 	BodyLimits     map[string]int64
+	// The balancer over each service's replicas (package upstream).
+	ResolveInterval time.Duration // host names of the *_URL settings resolved again
+	ProbeInterval   time.Duration // GET /readyz of every address
+	ProbeTimeout    time.Duration
+	EjectMax        time.Duration // longest wait before a down address is probed again
 }
 
 func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	r := config.New("GATEWAY", getenv)
 	c := Config{
-		Addr:           r.Own("ADDR", "127.0.0.1:8080"),
-		MetricsAddr:    r.Own("METRICS_ADDR", "127.0.0.1:9090"),
-		AuthURLs:       r.List("AUTH_URL", "http://127.0.0.1:8081"),
-		FilesURLs:      r.List("FILES_URL", "http://127.0.0.1:8082"),
-		LogsURLs:       r.List("LOGS_URL", "http://127.0.0.1:8083"),
-		PrivateKey:     r.Secret("IDENTITY_PRIVATE_KEY", ""),
-		Credential:     r.Secret("SERVICE_CREDENTIAL", ""),
-		SessionTTL:     r.Duration("SESSION_CACHE_TTL", 5*time.Second),
-		TokenTTL:       r.Duration("TOKEN_TTL", 30*time.Second),
-		AllowedOrigins: r.List("ALLOWED_ORIGINS", ""),
-		NATSURL:        r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
-		SubjectPrefix:  r.String("NATS_SUBJECT_PREFIX", "acme"),
-		ShutdownGrace:  r.Duration("SHUTDOWN_GRACE", 20*time.Second),
-		ReadHeader:     r.Duration("READ_HEADER_TIMEOUT", 10*time.Second),
-		Read:           r.Duration("READ_TIMEOUT", 0),
-		Write:          r.Duration("WRITE_TIMEOUT", 0),
-		BodyIdle:       r.Duration("BODY_IDLE_TIMEOUT", 30*time.Second),
-		Idle:           r.Duration("IDLE_TIMEOUT", 120*time.Second),
-		MaxHeaderBytes: r.Int("MAX_HEADER_BYTES", 32<<10),
+		Addr:            r.Own("ADDR", "127.0.0.1:8080"),
+		MetricsAddr:     r.Own("METRICS_ADDR", "127.0.0.1:9090"),
+		AuthURLs:        r.List("AUTH_URL", "http://127.0.0.1:8081"),
+		FilesURLs:       r.List("FILES_URL", "http://127.0.0.1:8082"),
+		LogsURLs:        r.List("LOGS_URL", "http://127.0.0.1:8083"),
+		PrivateKey:      r.Secret("IDENTITY_PRIVATE_KEY", ""),
+		Credential:      r.Secret("SERVICE_CREDENTIAL", ""),
+		SessionTTL:      r.Duration("SESSION_CACHE_TTL", 5*time.Second),
+		TokenTTL:        r.Duration("TOKEN_TTL", 30*time.Second),
+		AllowedOrigins:  r.List("ALLOWED_ORIGINS", ""),
+		NATSURL:         r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
+		SubjectPrefix:   r.String("NATS_SUBJECT_PREFIX", "acme"),
+		ShutdownGrace:   r.Duration("SHUTDOWN_GRACE", 20*time.Second),
+		ReadHeader:      r.Duration("READ_HEADER_TIMEOUT", 10*time.Second),
+		Read:            r.Duration("READ_TIMEOUT", 0),
+		Write:           r.Duration("WRITE_TIMEOUT", 0),
+		BodyIdle:        r.Duration("BODY_IDLE_TIMEOUT", 30*time.Second),
+		Idle:            r.Duration("IDLE_TIMEOUT", 120*time.Second),
+		MaxHeaderBytes:  r.Int("MAX_HEADER_BYTES", 32<<10),
+		ResolveInterval: r.Duration("RESOLVE_INTERVAL", 2*time.Second),
+		ProbeInterval:   r.Duration("PROBE_INTERVAL", 2*time.Second),
+		ProbeTimeout:    r.Duration("PROBE_TIMEOUT", 2*time.Second),
+		EjectMax:        r.Duration("EJECT_BACKOFF_MAX", 5*time.Second),
 		BodyLimits: map[string]int64{
 			"auth":   r.Int64("MAX_AUTH_BODY", 64<<10),
 			"logs":   r.Int64("MAX_LOGS_BODY", 6*64<<10+64<<10),
@@ -89,6 +99,12 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.Credential == "" {
 		return c, r, errors.New("GATEWAY_SERVICE_CREDENTIAL (or SERVICE_CREDENTIAL) is required")
+	}
+	for k, d := range map[string]time.Duration{"RESOLVE_INTERVAL": c.ResolveInterval, "PROBE_INTERVAL": c.ProbeInterval,
+		"PROBE_TIMEOUT": c.ProbeTimeout, "EJECT_BACKOFF_MAX": c.EjectMax} {
+		if d <= 0 {
+			return c, r, fmt.Errorf("GATEWAY_%s must be positive", k)
+		}
 	}
 	if c.MaxHeaderBytes < 1<<10 {
 		return c, r, errors.New("GATEWAY_MAX_HEADER_BYTES must be at least 1024")
@@ -125,25 +141,40 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return err
 	}
 
-	pools := map[string]*proxy.Pool{}
-	for name, urls := range map[string][]string{"auth": cfg.AuthURLs, "files": cfg.FilesURLs, "logs": cfg.LogsURLs} {
-		p, err := proxy.NewPool(urls)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		pools[name] = p
-	}
 	transport := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 256,
+		MaxIdleConnsPerHost: 256, // per replica address: the balancer dials addresses, not names
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // pass Accept-Encoding and encoded bodies through untouched
 		WriteBufferSize:     64 << 10,
 		ReadBufferSize:      64 << 10,
 	}
-	resolver := sessions.NewResolver(pools["auth"], cfg.Credential, &http.Client{Transport: transport}, cfg.SessionTTL)
+	// Requests are counted by the route table entry (the proxy names it)
+	// or the mux pattern, and per replica address by the balancer. The
+	// metrics are served on their own listener, never on the public port
+	// and never proxied (see docs/operations.md).
+	reg := metrics.NewRegistry()
+	upstreamMetrics := upstream.NewMetrics(reg)
+	// One balancer per service, for the proxy and the session lookup
+	// alike: names re-resolved, every address probed, least outstanding
+	// requests first (docs/deployment.md, "Scaling").
+	groups := map[string]*upstream.Group{}
+	for _, name := range []string{"auth", "files", "logs"} {
+		urls := map[string][]string{"auth": cfg.AuthURLs, "files": cfg.FilesURLs, "logs": cfg.LogsURLs}[name]
+		g, err := upstream.New(name, urls, upstream.Options{
+			Transport: transport, ResolveInterval: cfg.ResolveInterval,
+			ProbeInterval: cfg.ProbeInterval, ProbeTimeout: cfg.ProbeTimeout, BackoffMax: cfg.EjectMax,
+			Metrics: upstreamMetrics, Log: log,
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		defer g.Close()
+		groups[name] = g
+	}
+	resolver := sessions.NewResolver(groups["auth"], cfg.Credential, &http.Client{Transport: groups["auth"]}, cfg.SessionTTL)
 
 	// Revocations from auth over NATS. The gateway keeps serving while NATS
 	// is away (the cache TTL bounds staleness) and reconnects by itself.
@@ -176,24 +207,20 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	streams, stopStreams := context.WithCancel(context.Background())
 	defer stopStreams()
 	handler := proxy.New(proxy.Config{
-		Streams: streams,
-		Pools:   pools, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
-		AllowedOrigins: cfg.AllowedOrigins, Log: log, Transport: transport, TokenTTL: cfg.TokenTTL,
+		Streams:   streams,
+		Upstreams: groups, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
+		AllowedOrigins: cfg.AllowedOrigins, Log: log, TokenTTL: cfg.TokenTTL,
 		BodyLimits: cfg.BodyLimits,
 	})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", readyz(pools, nc, transport))
+	mux.HandleFunc("GET /readyz", readyz(groups, nc))
 	openapi.Register(mux) // GET /openapi.yaml, /openapi.json: the public API's document
 	console.Register(mux) // GET /console/: the web console (static, embedded)
 	mux.Handle("/", handler)
 
-	// Requests are counted by the route table entry (the proxy names it)
-	// or the mux pattern. The metrics are served on their own listener,
-	// never on the public port and never proxied (see docs/operations.md).
-	reg := metrics.NewRegistry()
 	srv := &http.Server{
 		Handler:           guard(metrics.NewHTTP(reg).Middleware(mux), cfg.MaxHeaderBytes, cfg.BodyIdle),
 		ReadHeaderTimeout: cfg.ReadHeader,
@@ -289,44 +316,42 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	return err
 }
 
-// readyz answers 200 only when every replica of every service is ready and
-// NATS is connected.
-func readyz(pools map[string]*proxy.Pool, nc *nats.Conn, rt http.RoundTripper) http.HandlerFunc {
-	client := &http.Client{Transport: rt, Timeout: 2 * time.Second}
+// readyz answers 200 only when every replica (every address the balancer
+// knows now) of every service is ready and NATS is connected. Each address
+// is probed now, not read from the balancer's last probe, so a replica
+// that just stopped is seen at once; the answers also feed the balancer.
+func readyz(groups map[string]*upstream.Group, nc *nats.Conn) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
 		checks := map[string]string{}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		ok := true
-		for name, p := range pools {
-			if len(p.All()) == 0 {
+		for name, g := range groups {
+			wg.Go(func() {
+				var res []upstream.Check
+				if g.Deployed() {
+					res = g.CheckNow(ctx)
+				}
 				mu.Lock()
-				checks[name] = "not deployed"
-				ok = false
-				mu.Unlock()
-			}
-			for i, u := range p.All() {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					state := "ok"
-					resp, err := client.Get(u.String() + "/readyz")
-					if err != nil {
-						state = "unreachable"
-					} else {
-						resp.Body.Close()
-						if resp.StatusCode != http.StatusOK {
-							state = "not ready"
-						}
-					}
-					mu.Lock()
-					checks[fmt.Sprintf("%s[%d]", name, i)] = state
-					if state != "ok" {
+				defer mu.Unlock()
+				switch {
+				case !g.Deployed():
+					checks[name] = "not deployed"
+					ok = false
+				case len(res) == 0:
+					checks[name] = "no address" // the name resolves to nothing
+					ok = false
+				}
+				// Replicas by index, not address: /readyz is on the public port.
+				for i, c := range res {
+					checks[fmt.Sprintf("%s[%d]", name, i)] = c.Result
+					if c.Result != "ok" {
 						ok = false
 					}
-					mu.Unlock()
-				}()
-			}
+				}
+			})
 		}
 		wg.Wait()
 		if nc.IsConnected() {

@@ -45,6 +45,18 @@ type running struct {
 	done                   chan error
 }
 
+// withReadyz answers GET /readyz with 200 as every real service does, so the
+// gateway's readiness probes never reach a test's handler.
+func withReadyz(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			io.WriteString(w, `{"status":"ok"}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // runGateway starts the gateway in front of the given upstreams (nil: a
 // closed port), its metrics on a port of its own, writing its log to out.
 func runGateway(t *testing.T, upstreams map[string]http.Handler, out io.Writer, extra map[string]string) *running {
@@ -62,7 +74,7 @@ func runGateway(t *testing.T, upstreams map[string]http.Handler, out io.Writer, 
 	for _, svc := range []string{"auth", "files", "logs"} {
 		url := "http://127.0.0.1:1"
 		if h := upstreams[svc]; h != nil {
-			srv := httptest.NewServer(h)
+			srv := httptest.NewServer(withReadyz(h))
 			t.Cleanup(srv.Close)
 			url = srv.URL
 		}

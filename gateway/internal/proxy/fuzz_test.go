@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/gateway/internal/sessions"
+	"github.com/acme/platform/gateway/internal/upstream"
 	"github.com/acme/platform/pkg/identity"
 )
 
@@ -36,6 +38,9 @@ func (f *fakeUpstreams) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp := func(status int, body string) *http.Response {
 		return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}},
 			Body: io.NopCloser(strings.NewReader(body)), Request: r}
+	}
+	if r.URL.Path == "/readyz" && r.Header.Get(identity.Header) == "" {
+		return resp(200, `{"status":"ok"}`), nil // the balancer's probe
 	}
 	if r.URL.Path == "/ms/me" && r.Header.Get("X-Service-Credential") == "cred" && r.Header.Get(identity.Header) == "" {
 		// The resolver's own call (no identity token).
@@ -72,19 +77,22 @@ func fuzzHandler(t testing.TB) *Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pools := map[string]*Pool{}
-	for _, s := range []string{"auth", "files", "logs"} {
-		p, err := NewPool([]string{"http://" + s + ".invalid"})
+	groups := map[string]*upstream.Group{}
+	for i, s := range []string{"auth", "files", "logs"} {
+		// An address of its own each (never dialled: the fake transport
+		// answers), probed through the same fake.
+		g, err := upstream.New(s, []string{fmt.Sprintf("http://192.0.2.%d", i+1)}, upstream.Options{Transport: &fakeUpstreams{}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pools[s] = p
+		t.Cleanup(g.Close)
+		groups[s] = g
 	}
-	resolver := sessions.NewResolver(pools["auth"], "cred", &http.Client{Transport: resolverTransport{}}, time.Second)
+	resolver := sessions.NewResolver(groups["auth"], "cred", &http.Client{Transport: resolverTransport{}}, time.Second)
 	return New(Config{
-		Pools: pools, Resolver: resolver, Signer: identity.NewSigner(priv, 30*time.Second),
+		Upstreams: groups, Resolver: resolver, Signer: identity.NewSigner(priv, 30*time.Second),
 		AllowedOrigins: []string{"https://app.example"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Transport: &fakeUpstreams{}, TokenTTL: 30 * time.Second,
+		TokenTTL:   30 * time.Second,
 		BodyLimits: map[string]int64{"auth": 1 << 10, "logs": 1 << 10, "files": 1 << 10, "upload": 4 << 10, "image": 2 << 10},
 	})
 }

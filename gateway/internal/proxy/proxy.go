@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/gateway/internal/sessions"
+	"github.com/acme/platform/gateway/internal/upstream"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/web"
@@ -70,51 +71,16 @@ func match(path string) (Route, bool) {
 	return Route{}, false
 }
 
-// Pool round-robins over a service's replicas.
-type Pool struct {
-	urls []*url.URL
-	n    atomic.Uint64
-}
-
-// NewPool parses base URLs; an empty list means the service is not deployed.
-func NewPool(raw []string) (*Pool, error) {
-	p := &Pool{}
-	for _, s := range raw {
-		u, err := url.Parse(strings.TrimRight(s, "/"))
-		if err != nil || u.Scheme == "" || u.Host == "" {
-			return nil, errors.New("bad upstream URL " + s)
-		}
-		p.urls = append(p.urls, u)
-	}
-	return p, nil
-}
-
-func (p *Pool) pick() *url.URL {
-	if len(p.urls) == 0 {
-		return nil
-	}
-	return p.urls[p.n.Add(1)%uint64(len(p.urls))]
-}
-
-// Next returns a base URL as a string (for the session resolver).
-func (p *Pool) Next() string {
-	if u := p.pick(); u != nil {
-		return u.String()
-	}
-	return "http://unconfigured.invalid"
-}
-
-// All returns every replica's base URL.
-func (p *Pool) All() []*url.URL { return p.urls }
-
 // Config of the Handler.
 type Config struct {
-	Pools          map[string]*Pool // by service name
+	// Upstreams are the services' balancers, by service name: each chooses
+	// the replica (address) of every request and retries where that is
+	// safe (see package upstream).
+	Upstreams      map[string]*upstream.Group
 	Resolver       *sessions.Resolver
 	Signer         *identity.Signer
 	AllowedOrigins []string
 	Log            *slog.Logger
-	Transport      http.RoundTripper
 	TokenTTL       time.Duration // lifetime of signed tokens; cached for half of it
 	// BodyLimits bound request bodies, keyed "auth", "logs", "files"
 	// (non-upload routes), "upload" (/upload/file) and "image"
@@ -156,7 +122,7 @@ const (
 )
 
 type target struct {
-	base    *url.URL
+	group   *upstream.Group
 	token   string
 	rid     string
 	service string
@@ -200,12 +166,15 @@ func New(cfg Config) *Handler {
 		h.origins[strings.TrimRight(o, "/")] = true
 	}
 	h.rp = &httputil.ReverseProxy{
-		Transport:     cfg.Transport,
+		// The target's balancer picks the address (and sets the Host
+		// header to the configured name).
+		Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			return r.Context().Value(keyTarget).(*target).group.RoundTrip(r)
+		}),
 		FlushInterval: -1, // stream answers (downloads, server-sent events) as they come
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(keyTarget).(*target)
-			pr.SetURL(t.base)
-			pr.Out.Host = t.base.Host
+			pr.SetURL(t.group.URL())
 			pr.SetXForwarded()
 			pr.Out.Header.Set(identity.Header, t.token)
 			pr.Out.Header.Set(web.RequestIDHeader, t.rid)
@@ -232,6 +201,9 @@ func New(cfg Config) *Handler {
 					return
 				}
 			}
+			// No usable replica (every one down, or none resolved), or the
+			// one tried failed before answering and the request could not
+			// be sent again: 503 at once, never a hang.
 			cfg.Log.WarnContext(r.Context(), "upstream unreachable", "service", svc, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "the "+svc+" service is unavailable, try again shortly")
 		},
@@ -282,12 +254,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		writeError(w, http.StatusNotFound, "not_found", "no such route")
 		return ""
 	}
-	pool := h.cfg.Pools[route.Service]
-	base := (*url.URL)(nil)
-	if pool != nil {
-		base = pool.pick()
-	}
-	if base == nil {
+	group := h.cfg.Upstreams[route.Service]
+	if group == nil || !group.Deployed() {
 		writeError(w, http.StatusServiceUnavailable, "service_not_deployed", "the "+route.Service+" service is not deployed")
 		return route.Service
 	}
@@ -347,7 +315,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		lb = &limitedBody{rc: r.Body, left: limit}
 		r.Body = lb
 	}
-	t := &target{base: base, token: tok, rid: rid, service: route.Service, hash: hash, body: lb}
+	t := &target{group: group, token: tok, rid: rid, service: route.Service, hash: hash, body: lb}
 	ctx := context.WithValue(r.Context(), keyTarget, t)
 	if h.cfg.Streams != nil && strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		var cancel context.CancelFunc
@@ -446,6 +414,7 @@ func sessionFrom(r *http.Request) (sid string, status int, code, msg string) {
 		return "", http.StatusRequestEntityTooLarge, "body_too_large", "request body too large"
 	}
 	r.Body = io.NopCloser(bytes.NewReader(raw))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil } // a retry can send it again
 	r.ContentLength = int64(len(raw))
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return sid, 0, "", ""
@@ -604,3 +573,7 @@ func (s *statusWriter) Flush() {
 
 // Unwrap gives http.ResponseController the real writer.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -58,7 +58,10 @@ func WellFormed(s string) bool {
 	return true
 }
 
-// Upstream picks the auth base URL for the next call.
+// Upstream gives the auth base URL for the next call. In the gateway it is
+// auth's balancer (upstream.Group), which is also the client's transport: the
+// URL names the service, and the balancer picks the replica, retrying the
+// lookup once on another replica when the first fails before answering.
 type Upstream interface{ Next() string }
 
 // Resolver resolves and caches sessions.
