@@ -1,6 +1,6 @@
 # The two commands: `make run` starts the whole platform, `make test` proves it.
 GO       ?= go
-PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
+PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/... ./deploy/s3setup/...
 TIMEOUT  ?= 30m
 
 .PHONY: run test test-short test-faults soak bench minio vet fmt fuzz browser-deps test-console
