@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub,
 			Name: "retries_total", Help: "Requests sent again to another address after a failure that allowed it."}, []string{"service"}),
 		unavailable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub,
-			Name: "unavailable_total", Help: "Requests refused at once because no address of the service could be used."}, []string{"service"}),
+			Name: "unavailable_total", Help: "Requests refused at once because no address of the service could be used (none resolved, or every one down with its last-resort request already on its way)."}, []string{"service"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.failures, m.inflight, m.healthy, m.retries, m.unavailable)

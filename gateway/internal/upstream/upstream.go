@@ -21,10 +21,16 @@
 //     service's own answer (its 503, or success where that dependency is
 //     not needed) is better than the gateway's.
 //   - down: a connection to it could not be made (refused, no route, dial
-//     timeout), by a request or a probe. Never used; probed again after an
-//     exponential back-off, and ready again once a probe passes.
+//     timeout), by a request or a probe. Not used while any other endpoint
+//     can be; probed again after an exponential back-off, and ready again
+//     once a probe passes. When every endpoint is down, one request at a
+//     time per endpoint may try it anyway (a last resort, half-open): a lone
+//     replica that comes back is used at once, not after its back-off, and
+//     an answer revives it.
 //
-// When no endpoint can be used, RoundTrip fails at once with ErrUnavailable.
+// When no endpoint can be used (none resolved, or every one down with its
+// last-resort request already on its way), RoundTrip fails at once with
+// ErrUnavailable.
 package upstream
 
 import (
@@ -166,6 +172,7 @@ type endpoint struct {
 	addr     string // ip:port
 	inflight atomic.Int64
 	st       atomic.Int32
+	trial    atomic.Bool // a last-resort request to it (down) is on its way
 
 	mu        sync.Mutex
 	fails     int // consecutive connection failures
@@ -588,6 +595,22 @@ func (e *endpoint) markDown() {
 	e.g.kickProbe()
 }
 
+// revive makes a down endpoint that answered a last-resort request usable
+// (pending: used while none is ready) and has it probed at once.
+func (e *endpoint) revive() {
+	e.mu.Lock()
+	if !e.removed && e.state() == stateDown {
+		e.fails = 0
+		e.st.Store(int32(statePending))
+		if !e.probing {
+			e.nextProbe = time.Time{}
+		}
+		e.g.o.Log.Info("upstream address answering again", "service", e.g.name, "address", e.addr)
+	}
+	e.mu.Unlock()
+	e.g.kickProbe()
+}
+
 // suspect has e probed at once (its connection broke).
 func (e *endpoint) suspect() {
 	e.mu.Lock()
@@ -626,13 +649,14 @@ func (g *Group) CheckNow(ctx context.Context) []Check {
 // ---- requests ----
 
 // pick returns the usable endpoint with the fewest requests in flight,
-// preferring ready ones, skipping skip; ties go round-robin. The request is
-// counted in flight; done must follow.
-func (g *Group) pick(skip *endpoint) *endpoint {
+// preferring ready ones, skipping skip; ties go round-robin. With every
+// endpoint down it returns one whose last-resort slot is free, taking the
+// slot (trial). The request is counted in flight; done must follow.
+func (g *Group) pick(skip *endpoint) (e *endpoint, trial bool) {
 	eps := g.snapshot()
 	n := len(eps)
 	if n == 0 {
-		return nil
+		return nil, false
 	}
 	start := int(g.rr.Add(1) % uint64(n))
 	var best *endpoint
@@ -648,12 +672,21 @@ func (g *Group) pick(skip *endpoint) *endpoint {
 			best, bestTier, bestLoad = e, tier, load
 		}
 	}
+	if best == nil {
+		for i := range n {
+			e := eps[(start+i)%n]
+			if e != skip && e.state() == stateDown && e.trial.CompareAndSwap(false, true) {
+				best, trial = e, true
+				break
+			}
+		}
+	}
 	if best != nil {
 		best.inflight.Add(1)
 		best.m.inflight.Inc()
 		best.m.requests.Inc()
 	}
-	return best
+	return best, trial
 }
 
 // RoundTrip sends req to one endpoint of the service; req.URL supplies the
@@ -669,18 +702,23 @@ func (g *Group) RoundTrip(req *http.Request) (*http.Response, error) {
 		body = &trackedBody{rc: req.Body}
 	}
 	var tried *endpoint
+	var lastErr error
 	for {
-		e := g.pick(tried)
+		e, trial := g.pick(tried)
 		if e == nil {
 			if body != nil {
 				body.finish(true)
 			}
 			g.kickResolve()
-			g.gm.unavailable.Inc()
 			if tried != nil {
-				return nil, fmt.Errorf("%w for %s (after a failure on %s)", ErrUnavailable, g.name, tried.addr)
+				return nil, lastErr // no other address to try it on
 			}
+			g.gm.unavailable.Inc()
 			return nil, fmt.Errorf("%w for %s", ErrUnavailable, g.name)
+		}
+		if tried != nil {
+			g.gm.retries.Inc()
+			g.o.Log.Debug("upstream request sent again", "service", g.name, "failed_on", tried.addr, "to", e.addr, "err", lastErr)
 		}
 		out := new(http.Request)
 		*out = *req
@@ -698,9 +736,15 @@ func (g *Group) RoundTrip(req *http.Request) (*http.Response, error) {
 			out.Body = body
 		}
 		resp, err := e.t.rt.RoundTrip(out)
+		if trial {
+			e.trial.Store(false)
+		}
 		if err == nil {
 			if body != nil {
 				body.finish(false)
+			}
+			if trial {
+				e.revive()
 			}
 			return e.track(resp), nil
 		}
@@ -740,9 +784,7 @@ func (g *Group) RoundTrip(req *http.Request) (*http.Response, error) {
 		} else if body != nil {
 			body.rearm()
 		}
-		g.o.Log.Debug("upstream request sent again", "service", g.name, "failed_on", e.addr, "err", err)
-		g.gm.retries.Inc()
-		tried = e
+		tried, lastErr = e, err
 	}
 }
 
