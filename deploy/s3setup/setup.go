@@ -179,8 +179,8 @@ func samePolicy(stored []byte, want policyDoc) bool {
 }
 
 // run does the job and returns the line to print.
-func run(ctx context.Context, c Config) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+func run(parent context.Context, c Config) (string, error) {
+	ctx, cancel := context.WithTimeout(parent, c.Timeout)
 	defer cancel()
 	creds := credentials.NewStaticV4(c.RootUser, c.RootPassword, "")
 	// One attempt per call: the retries are ours (retry), bounded by the
@@ -204,7 +204,10 @@ func run(ctx context.Context, c Config) (string, error) {
 		exists, err = s3.BucketExists(ctx, c.Bucket)
 		return err
 	}); err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case parent.Err() != nil:
+			return "", fmt.Errorf("interrupted while waiting for %s: %w", where, err)
+		case ctx.Err() != nil:
 			return "", fmt.Errorf("%s did not answer within %s (S3_SETUP_TIMEOUT): %w", where, time.Since(start).Round(time.Second), err)
 		}
 		return "", fmt.Errorf("%s: checking bucket %q with the root credentials (S3_ROOT_USER): %w", where, c.Bucket, describe(err))
