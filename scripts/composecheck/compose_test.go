@@ -19,23 +19,33 @@ import (
 // testEnv stands in for the operator's .env: every variable compose.yaml
 // requires, with values that are obviously not secrets.
 var testEnv = map[string]string{
-	"IDENTITY_PUBLIC_KEY":   "test-public-key",
-	"IDENTITY_PRIVATE_KEY":  "test-private-key",
-	"SERVICE_CREDENTIAL":    "test-credential",
-	"ADMIN_PASSWORD":        "test-admin-password",
-	"S3_ACCESS_KEY":         "test-access",
-	"S3_SECRET_KEY":         "test-secret-key",
-	"NATS_AUTH_PASSWORD":    "testAuthPassword",
-	"NATS_FILES_PASSWORD":   "testFilesPassword",
-	"NATS_LOGS_PASSWORD":    "testLogsPassword",
-	"NATS_GATEWAY_PASSWORD": "testGatewayPassword",
+	"IDENTITY_PUBLIC_KEY":     "test-public-key",
+	"IDENTITY_PRIVATE_KEY":    "test-private-key",
+	"SERVICE_CREDENTIAL":      "test-credential",
+	"ADMIN_PASSWORD":          "test-admin-password",
+	"MINIO_ROOT_USER":         "test-root",
+	"MINIO_ROOT_PASSWORD":     "test-root-password",
+	"S3_ACCESS_KEY":           "test-access",
+	"S3_SECRET_KEY":           "test-secret-key",
+	"NATS_AUTH_PASSWORD":      "testAuthPassword",
+	"NATS_FILES_PASSWORD":     "testFilesPassword",
+	"NATS_LOGS_PASSWORD":      "testLogsPassword",
+	"NATS_GATEWAY_PASSWORD":   "testGatewayPassword",
+	"NATS_PUBLISHER_PASSWORD": "testPublisherPassword",
+	"MONGO_ROOT_PASSWORD":     "test-mongo-root-password",
+	"MONGO_APP_PASSWORD":      "test-mongo-app-password",
 }
+
+// jobs are one-shot services: they run to completion before the services
+// that depend on them start, so they have no healthcheck, and services wait
+// for them with service_completed_successfully.
+var jobs = map[string]bool{"files-setup": true}
 
 // ours are the services built from this repository's Dockerfile, with the
 // services they must wait for.
 var ours = map[string][]string{
 	"auth":    {"mongo", "nats"},
-	"files":   {"minio", "mongo", "nats"},
+	"files":   {"files-setup", "minio", "mongo", "nats"},
 	"logs":    {"mongo", "nats"},
 	"gateway": {"auth", "files", "logs", "nats"},
 }
@@ -57,7 +67,7 @@ func load(t *testing.T, env map[string]string, interpolate bool) (*types.Project
 
 func TestComposeLoads(t *testing.T) {
 	p, _ := load(t, testEnv, true)
-	want := []string{"auth", "files", "gateway", "logs", "minio", "mongo", "nats"}
+	want := []string{"auth", "files", "files-setup", "gateway", "logs", "minio", "mongo", "nats"}
 	if got := p.ServiceNames(); !slices.Equal(sortedCopy(got), want) {
 		t.Fatalf("services %v, want %v", got, want)
 	}
@@ -72,6 +82,12 @@ func TestComposeLoads(t *testing.T) {
 func TestEveryServiceHasAHealthcheck(t *testing.T) {
 	p, _ := load(t, testEnv, true)
 	for name, s := range p.Services {
+		if jobs[name] {
+			if s.Restart == "always" || s.Restart == "unless-stopped" {
+				t.Errorf("%s: a one-shot job with restart %q would run forever", name, s.Restart)
+			}
+			continue
+		}
 		hc := s.HealthCheck
 		if hc == nil || hc.Disable || len(hc.Test) < 2 || (hc.Test[0] != "CMD" && hc.Test[0] != "CMD-SHELL") {
 			t.Errorf("%s: no healthcheck (%+v)", name, hc)
@@ -146,6 +162,12 @@ func TestDependsOnHealthy(t *testing.T) {
 	p, _ := load(t, testEnv, true)
 	for name, s := range p.Services {
 		for dep, d := range s.DependsOn {
+			if jobs[dep] {
+				if d.Condition != types.ServiceConditionCompletedSuccessfully {
+					t.Errorf("%s: depends on the job %s with condition %q, want %s", name, dep, d.Condition, types.ServiceConditionCompletedSuccessfully)
+				}
+				continue
+			}
 			if d.Condition != types.ServiceConditionHealthy {
 				t.Errorf("%s: depends on %s with condition %q, want %s", name, dep, d.Condition, types.ServiceConditionHealthy)
 			}

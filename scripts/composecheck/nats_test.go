@@ -27,8 +27,8 @@ const (
 )
 
 // natsUsers are the users of deploy/nats.conf and the log app each one
-// publishes as.
-var natsUsers = map[string]string{"auth": "ACME-AUTH", "files": "ACME-S3", "gateway": "LOGGING", "logs": "LOGGING"}
+// publishes as (publisher: the organisation's own applications).
+var natsUsers = map[string]string{"auth": "ACME-AUTH", "files": "ACME-S3", "gateway": "LOGGING", "logs": "LOGGING", "publisher": "SERVER-APP-A"}
 
 // StartDeployNATS runs deploy/nats.conf on an embedded server of the pinned
 // nats-server version, the passwords given by user name set in the

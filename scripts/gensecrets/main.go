@@ -28,7 +28,8 @@ import (
 )
 
 // natsUsers are deploy/nats.conf's users; each reads NATS_<USER>_PASSWORD.
-var natsUsers = []string{"AUTH", "FILES", "LOGS", "GATEWAY"}
+// PUBLISHER is for the organisation's applications that send log records.
+var natsUsers = []string{"AUTH", "FILES", "LOGS", "GATEWAY", "PUBLISHER"}
 
 func main() {
 	out := flag.String("o", "", "write to this file (mode 0600, never overwritten) instead of stdout")
@@ -80,8 +81,15 @@ func write(w io.Writer, adminEmail string) error {
 	add("# is not read again once that user exists).")
 	add("ADMIN_EMAIL=%s", adminEmail)
 	add("ADMIN_PASSWORD=%s", stack.Secret(18))
-	add("# MinIO's root credentials, used by the files service.")
-	add("S3_ACCESS_KEY=acme-%s", stack.Secret(6))
+	add("# MongoDB: the root user (created on the first start of an empty volume)")
+	add("# and the services' user, readWrite on the acme database only.")
+	add("MONGO_ROOT_PASSWORD=%s", stack.Secret(24))
+	add("MONGO_APP_PASSWORD=%s", stack.Secret(24))
+	add("# MinIO's root credentials: MinIO and the files-setup job only.")
+	add("MINIO_ROOT_USER=root-%s", stack.Secret(6))
+	add("MINIO_ROOT_PASSWORD=%s", stack.Secret(30))
+	add("# The files service's MinIO user, allowed its bucket only (deploy/s3setup).")
+	add("S3_ACCESS_KEY=files-%s", stack.Secret(6))
 	add("S3_SECRET_KEY=%s", stack.Secret(30))
 	add("# One NATS user per service (deploy/nats.conf).")
 	for _, u := range natsUsers {
