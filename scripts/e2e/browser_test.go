@@ -508,12 +508,6 @@ func (tb *tab) waitWithin(l loc, within time.Duration) time.Duration {
 	return tb.poll("wait for "+l.desc, within, fmt.Sprintf(`(() => { const r = q.one(%s); return r.err ? { why: r.err } : { ok: true }; })()`, l.js), nil)
 }
 
-// waitGone waits until no element of l is visible.
-func (tb *tab) waitGone(l loc) {
-	tb.b.t.Helper()
-	tb.poll(l.desc+" to go", stepTimeout, fmt.Sprintf(`%s.some(q.shown) ? { why: 'still there' } : { ok: true }`, l.js), nil)
-}
-
 // waitJS waits until the boolean expression cond holds.
 func (tb *tab) waitJS(what, cond string) {
 	tb.b.t.Helper()
@@ -526,14 +520,6 @@ func (tb *tab) count(l loc) int {
 	var n int
 	tb.eval(fmt.Sprintf("%s.filter(q.shown).length", l.js), &n)
 	return n
-}
-
-// visible says whether l is exactly one visible element (now).
-func (tb *tab) visible(l loc) bool {
-	tb.b.t.Helper()
-	var ok bool
-	tb.eval(fmt.Sprintf("!q.one(%s).err", l.js), &ok)
-	return ok
 }
 
 // textOf is the whitespace-normalized text of the single element of l.
