@@ -3,14 +3,14 @@ GO       ?= go
 PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/... ./deploy/s3setup/...
 TIMEOUT  ?= 30m
 
-.PHONY: run test test-short test-faults soak bench minio vet fmt fuzz browser-deps test-console
+.PHONY: run test test-short test-faults soak bench minio vet fmt fuzz chromium test-console
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
 	$(GO) run ./scripts/devstack
 
-## test: every test, race detector on, against real NATS, FerretDB and MinIO
-test: minio browser-deps
+## test: every test, race detector on, against real NATS, FerretDB and MinIO, and the console in Chromium
+test: chromium minio
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 
@@ -26,12 +26,12 @@ soak: minio
 minio:
 	$(GO) run ./scripts/buildminio
 
-## browser-deps: playwright-core for the console's browser tests (pinned, package-lock.json; Chromium is Debian's /usr/bin/chromium)
-browser-deps:
-	npm ci --prefix scripts/e2e/browser --no-audit --no-fund
+## chromium: Debian's /usr/bin/chromium for the console's browser test (apt-get install when missing, as root; else says how)
+chromium:
+	sh scripts/ensure-chromium.sh
 
-## test-console: only the web console's browser scenarios (headless Chromium)
-test-console: minio browser-deps
+## test-console: only the web console's browser scenarios (headless Chromium, driven with chromedp)
+test-console: chromium minio
 	cd scripts && $(GO) test -count=1 -run TestConsoleInBrowser ./e2e/
 
 ## bench: benchmarks side by side with the raw limits, printed as ratios
