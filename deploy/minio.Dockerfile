@@ -1,7 +1,8 @@
 # MinIO ships as source only; build the same pinned version the tests use
 # (pkg/embedded.MinIOVersion; scripts/composecheck checks they agree), the
 # same way (go install, CGO off), into a distroless non-root image.
-# Build context: the repository root (for the healthcheck probe).
+# Build context: the repository root (for the healthcheck probe and
+# deploy/s3setup).
 
 # The base images, pinned. A machine that cannot pull them builds with
 # local stand-ins passed as build arguments (scripts/dockerenv.sh,
@@ -22,12 +23,21 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     cd pkg && CGO_ENABLED=0 GOWORK=off GOFLAGS=-buildvcs=false \
     go build -trimpath -ldflags="-s -w" -o /out/probe ./healthcheck/cmd/probe
+# The one-shot setup job (deploy/s3setup): the files service's bucket, its
+# MinIO user and that user's policy; compose runs this image with
+# entrypoint ["/s3setup"]. Its go.mod replaces the shared module with ../../pkg.
+COPY deploy/s3setup/ deploy/s3setup/
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    cd deploy/s3setup && CGO_ENABLED=0 GOWORK=off GOFLAGS=-buildvcs=false \
+    go build -trimpath -ldflags="-s -w" -o /out/s3setup .
 # The data directory, owned by nonroot so a fresh named volume inherits it.
 RUN mkdir -p /out/data
 
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/minio /minio
 COPY --from=build /out/probe /probe
+COPY --from=build /out/s3setup /s3setup
 COPY --from=build --chown=65532:65532 /out/data /data
 USER nonroot:nonroot
 EXPOSE 9000
