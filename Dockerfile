@@ -23,6 +23,10 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     go build -trimpath -ldflags="-s -w" -o /out/app .
 
 FROM ${RUNTIME_IMAGE}
+# The release, for `docker inspect` and upgrades (compose.yaml passes
+# ACME_VERSION).
+ARG VERSION=dev
+LABEL org.opencontainers.image.version=${VERSION}
 COPY --from=build /out/app /app
 USER nonroot:nonroot
 # `/app healthcheck` GETs its own /readyz (pkg/healthcheck): no shell needed.
