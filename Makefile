@@ -1,9 +1,9 @@
 # The two commands: `make run` starts the whole platform, `make test` proves it.
 GO       ?= go
-PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/... ./deploy/s3setup/...
+PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run test test-short test-faults soak bench minio vet fmt fuzz chromium test-console
+.PHONY: run test test-short test-faults test-compose test-scale soak bench minio vet fmt fuzz chromium test-console
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
@@ -13,10 +13,22 @@ run:
 test: chromium minio
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+	cd deploy/s3setup && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
 
 ## test-faults: the fault suite: real servers and service processes stopped, killed and paused mid-traffic
 test-faults: minio
 	$(GO) test -tags faults -count=1 -v -timeout 20m ./scripts/faults
+
+## test-compose: the compose stack in containers (needs Docker): images built from the Dockerfiles, up --wait, used through the gateway's port, down and up again; removes everything it made
+test-compose:
+	$(GO) vet -tags containers ./scripts/containers/...
+	$(GO) test -tags containers -count=1 -v -timeout 60m -run 'TestCompose$$' ./scripts/containers; \
+	  rc=$$?; bash scripts/containers/cleanup.sh; exit $$rc
+
+## test-scale: the compose stack scaled, replicas killed, cut off and upgraded under load (needs Docker); prints a table of figures
+test-scale:
+	$(GO) test -tags containers -count=1 -v -timeout 60m -run 'TestScale$$' ./scripts/containers; \
+	  rc=$$?; bash scripts/containers/cleanup.sh; exit $$rc
 
 ## soak: a fixed-rate mix through the gateway for SOAK_DURATION (10m); fails on errors or >10% growth
 soak: minio

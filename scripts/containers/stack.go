@@ -465,6 +465,30 @@ func freePort() (int, error) {
 	return n, err
 }
 
+// freePortRange returns the first of n consecutive free loopback ports (a
+// published port range, one port per gateway replica).
+func freePortRange(n int) (int, error) {
+	for range 50 {
+		p, err := freePort()
+		if err != nil {
+			return 0, err
+		}
+		free := true
+		for i := 1; i < n && free; i++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
+			if err != nil {
+				free = false
+				continue
+			}
+			l.Close()
+		}
+		if free {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports", n)
+}
+
 func readEnv(path string) (map[string]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
