@@ -350,7 +350,7 @@ func checkS3User(t *testing.T, ctx context.Context, s *Stack) {
 		t.Fatalf("the files service's MinIO user: %v\n%s", err, out)
 	}
 	t.Logf("the files service's MinIO user:\n%s", out)
-	report("files' MinIO user: own bucket only", "yes (put/stat/remove allowed; new bucket, bucket list, other bucket refused)")
+	report("files' MinIO user: own bucket only", "yes (put/stat/remove allowed; sees no other bucket; new bucket, other bucket refused)")
 }
 
 func testPNG(w, h int) []byte {

@@ -17,8 +17,9 @@
 //	    login or with a wrong password nothing is written
 //	stackprobe s3-limits
 //	    the files service's MinIO user (S3_ENDPOINT, S3_ACCESS_KEY,
-//	    S3_SECRET_KEY) may write and read objects in S3_BUCKET, and is
-//	    refused a new bucket, the bucket list and another bucket's objects
+//	    S3_SECRET_KEY) may write and read objects in S3_BUCKET, sees no
+//	    other bucket, and is refused a new bucket and another bucket's
+//	    objects
 //
 // It exits non-zero when a check fails, printing what failed.
 package main
@@ -280,10 +281,17 @@ func s3Limits() error {
 	if err := denied("make another bucket", c.MakeBucket(ctx, "stackprobe-other", minio.MakeBucketOptions{})); err != nil {
 		return err
 	}
-	_, err = c.ListBuckets(ctx)
-	if err := denied("list buckets", err); err != nil {
-		return err
+	// MinIO answers a bucket list with the buckets the policy allows.
+	buckets, err := c.ListBuckets(ctx)
+	if err != nil {
+		return fmt.Errorf("list buckets: %w", err)
 	}
+	for _, b := range buckets {
+		if b.Name != bucket {
+			return fmt.Errorf("the files user sees bucket %s", b.Name)
+		}
+	}
+	fmt.Printf("%-28s only %s\n", "list buckets", bucket)
 	_, err = c.PutObject(ctx, bucket+"-other", key, strings.NewReader("probe"), 5, minio.PutObjectOptions{})
 	return denied("write another bucket", err)
 }
