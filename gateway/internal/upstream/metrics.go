@@ -9,9 +9,10 @@ import (
 // gateway. Series of an address are deleted when it leaves the service's
 // set, so replaced containers do not accumulate series.
 type Metrics struct {
-	requests, failures   *prometheus.CounterVec // service, address
-	inflight, healthy    *prometheus.GaugeVec   // service, address
-	retries, unavailable *prometheus.CounterVec // service
+	requests, failures   *prometheus.CounterVec   // service, address
+	inflight, healthy    *prometheus.GaugeVec     // service, address
+	retries, unavailable *prometheus.CounterVec   // service
+	waits                *prometheus.HistogramVec // service, result
 }
 
 // NewMetrics registers the instruments on reg (nil: not registered).
@@ -28,12 +29,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: sub,
 			Name: "healthy", Help: "1 while an upstream address passed its last readiness probe, else 0."}, byAddr),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub,
-			Name: "retries_total", Help: "Requests sent again to another address after a failure that allowed it."}, []string{"service"}),
+			Name: "retries_total", Help: "Attempts after a failed one: requests sent again (to another address, or after waiting for one) after a failure that allowed it."}, []string{"service"}),
 		unavailable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: sub,
-			Name: "unavailable_total", Help: "Requests refused at once because no address of the service could be used (none resolved, or every one down with its last-resort request already on its way)."}, []string{"service"}),
+			Name: "unavailable_total", Help: "Requests failed because no address of the service could be used (none resolved, or every one down with its last-resort request already on its way): at once, or after waiting GATEWAY_RETRY_WAIT for one."}, []string{"service"}),
+		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: sub,
+			Name: "wait_seconds", Help: "Requests that waited for a usable address (GATEWAY_RETRY_WAIT) and for how long, by how the wait ended: found (an address became usable and the request went to it), expired (the wait was over: 503), canceled (the client went away, or the gateway was stopping).",
+			Buckets: metrics.DurationBuckets}, []string{"service", "result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.failures, m.inflight, m.healthy, m.retries, m.unavailable)
+		reg.MustRegister(m.requests, m.failures, m.inflight, m.healthy, m.retries, m.unavailable, m.waits)
 	}
 	return m
 }
@@ -45,6 +49,15 @@ type endpointMetrics struct {
 
 type groupMetrics struct {
 	retries, unavailable prometheus.Counter
+	waits                map[string]prometheus.Observer // by result
+}
+
+// observeWait records w once, if the request waited.
+func (gm groupMetrics) observeWait(w *waiting) {
+	if w.waited() && w.result != "" {
+		gm.waits[w.result].Observe(w.end.Sub(w.start).Seconds())
+		w.result = "" // observed
+	}
 }
 
 func (m *Metrics) endpoint(service, addr string) endpointMetrics {
@@ -59,7 +72,12 @@ func (m *Metrics) endpoint(service, addr string) endpointMetrics {
 }
 
 func (m *Metrics) group(service string) groupMetrics {
-	return groupMetrics{retries: m.retries.WithLabelValues(service), unavailable: m.unavailable.WithLabelValues(service)}
+	gm := groupMetrics{retries: m.retries.WithLabelValues(service), unavailable: m.unavailable.WithLabelValues(service),
+		waits: map[string]prometheus.Observer{}}
+	for _, r := range []string{"found", "expired", "canceled"} {
+		gm.waits[r] = m.waits.WithLabelValues(service, r)
+	}
+	return gm
 }
 
 // forget deletes an address's series. Requests still in flight on it keep

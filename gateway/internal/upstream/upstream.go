@@ -29,8 +29,11 @@
 //     an answer revives it.
 //
 // When no endpoint can be used (none resolved, or every one down with its
-// last-resort request already on its way), RoundTrip fails at once with
-// ErrUnavailable.
+// last-resort request already on its way), RoundTrip fails with
+// ErrUnavailable: at once when Options.RetryWait is 0; otherwise a request
+// that was never sent waits for an endpoint (a replaced container's gap),
+// until RetryWait has passed since the service became unavailable. See
+// RoundTrip.
 package upstream
 
 import (
@@ -75,6 +78,11 @@ type Options struct {
 	// probed again: BackoffMin after the first failure, doubling with each
 	// further one, at most BackoffMax (500ms, 5s).
 	BackoffMin, BackoffMax time.Duration
+	// RetryWait is how long requests wait for a usable endpoint when the
+	// service has none, counted from the moment it first had none (see
+	// RoundTrip). 0, unlike the other options, means no waiting: such
+	// requests fail at once with ErrUnavailable.
+	RetryWait time.Duration
 	// Metrics, when set, receives per-address figures.
 	Metrics *Metrics
 	// Log receives state changes (nil: discarded).
@@ -119,6 +127,17 @@ func (o *Options) defaults() {
 
 // lookupTimeout bounds one resolution of one name.
 const lookupTimeout = 2 * time.Second
+
+// waitPoll is how often a waiting request looks at the endpoints again when
+// nothing told it of a change, and the shortest time between two
+// last-resort requests of waiting requests to one down endpoint.
+const waitPoll = 50 * time.Millisecond
+
+// epoch makes monotonic instants storable in an atomic.Int64: mono is the
+// time since it (never 0), immune to wall-clock steps.
+var epoch = time.Now()
+
+func mono(t time.Time) int64 { return int64(t.Sub(epoch)) + 1 }
 
 // target is one configured base URL.
 type target struct {
@@ -172,7 +191,8 @@ type endpoint struct {
 	addr     string // ip:port
 	inflight atomic.Int64
 	st       atomic.Int32
-	trial    atomic.Bool // a last-resort request to it (down) is on its way
+	trial    atomic.Bool  // a last-resort request to it (down) is on its way
+	trialAt  atomic.Int64 // when the last one started (mono)
 
 	mu        sync.Mutex
 	fails     int // consecutive connection failures
@@ -212,6 +232,11 @@ type Group struct {
 	cancel                 context.CancelFunc
 	wg                     sync.WaitGroup
 	gm                     groupMetrics
+
+	// Waiting for an endpoint (Options.RetryWait).
+	unusableSince atomic.Int64                  // mono; 0 while an endpoint is usable
+	changed       atomic.Pointer[chan struct{}] // closed (and replaced) when one may have become usable
+	waitCutoff    atomic.Int64                  // mono; no wait lasts past it (0: none); StopWaiting
 }
 
 // New returns the Group of service over the base URLs raw (an empty list:
@@ -229,6 +254,8 @@ func New(service string, raw []string, o Options) (*Group, error) {
 		probeKick:   make(chan struct{}, 1),
 	}
 	g.gm = o.Metrics.group(service)
+	ch := make(chan struct{})
+	g.changed.Store(&ch)
 	for _, s := range raw {
 		u, err := url.Parse(strings.TrimRight(s, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
@@ -274,10 +301,39 @@ func New(service string, raw []string, o Options) (*Group, error) {
 	return g, nil
 }
 
-// Close stops resolving and probing. Requests may still be sent.
+// Close stops resolving and probing, and ends the waits of requests
+// waiting for an endpoint (ErrUnavailable). Requests may still be sent.
 func (g *Group) Close() {
 	g.cancel()
 	g.wg.Wait()
+}
+
+// StopWaiting makes requests waiting for an endpoint give up by at
+// (ErrUnavailable), and later ones never wait past it: a gateway shutting
+// down answers them within its grace instead of holding them.
+func (g *Group) StopWaiting(at time.Time) {
+	g.waitCutoff.Store(mono(at))
+	g.broadcast()
+}
+
+// changes returns a channel closed at the next broadcast.
+func (g *Group) changes() <-chan struct{} { return *g.changed.Load() }
+
+// broadcast wakes the waiting requests: an endpoint may have become usable.
+func (g *Group) broadcast() {
+	ch := make(chan struct{})
+	close(*g.changed.Swap(&ch))
+}
+
+// usableAgain ends the service's unavailability, if it was unavailable.
+func (g *Group) usableAgain() {
+	if g.unusableSince.Load() == 0 {
+		return
+	}
+	if since := g.unusableSince.Swap(0); since != 0 {
+		g.o.Log.Info("upstream service usable again", "service", g.name,
+			"after", time.Duration(mono(time.Now())-since).Round(time.Millisecond).String())
+	}
 }
 
 // Name is the service's name.
@@ -452,6 +508,8 @@ func (g *Group) update(answers map[*target][]string) {
 	g.eps.Store(&list)
 	if added {
 		g.kickProbe()
+		g.usableAgain()
+		g.broadcast()
 	}
 }
 
@@ -569,6 +627,10 @@ func (e *endpoint) apply(out outcome) {
 	if prev == next {
 		return
 	}
+	if next != stateDown {
+		e.g.usableAgain()
+		e.g.broadcast()
+	}
 	log := e.g.o.Log.Info
 	if next != stateReady {
 		log = e.g.o.Log.Warn
@@ -608,6 +670,8 @@ func (e *endpoint) revive() {
 		e.g.o.Log.Info("upstream address answering again", "service", e.g.name, "address", e.addr)
 	}
 	e.mu.Unlock()
+	e.g.usableAgain()
+	e.g.broadcast()
 	e.g.kickProbe()
 }
 
@@ -651,8 +715,11 @@ func (g *Group) CheckNow(ctx context.Context) []Check {
 // pick returns the usable endpoint with the fewest requests in flight,
 // preferring ready ones, skipping skip; ties go round-robin. With every
 // endpoint down it returns one whose last-resort slot is free, taking the
-// slot (trial). The request is counted in flight; done must follow.
-func (g *Group) pick(skip *endpoint) (e *endpoint, trial bool) {
+// slot (trial); paced (the pick of a waiting request) also passes over an
+// endpoint whose last last-resort request started less than waitPoll ago,
+// so that waiting requests do not hammer a dead address. The request is
+// counted in flight; done must follow.
+func (g *Group) pick(skip *endpoint, paced bool) (e *endpoint, trial bool) {
 	eps := g.snapshot()
 	n := len(eps)
 	if n == 0 {
@@ -672,13 +739,22 @@ func (g *Group) pick(skip *endpoint) (e *endpoint, trial bool) {
 			best, bestTier, bestLoad = e, tier, load
 		}
 	}
-	if best == nil {
+	if best != nil {
+		g.usableAgain()
+	} else {
+		now := mono(time.Now())
 		for i := range n {
 			e := eps[(start+i)%n]
-			if e != skip && e.state() == stateDown && e.trial.CompareAndSwap(false, true) {
-				best, trial = e, true
-				break
+			if e == skip || e.state() != stateDown || !e.trial.CompareAndSwap(false, true) {
+				continue
 			}
+			if paced && now-e.trialAt.Load() < int64(waitPoll) {
+				e.trial.Store(false)
+				continue
+			}
+			e.trialAt.Store(now)
+			best, trial = e, true
+			break
 		}
 	}
 	if best != nil {
@@ -690,35 +766,89 @@ func (g *Group) pick(skip *endpoint) (e *endpoint, trial bool) {
 }
 
 // RoundTrip sends req to one endpoint of the service; req.URL supplies the
-// path and query only. A request is sent again, once, to another endpoint
+// path and query only.
+//
+// Sending again: a request is sent again, at once, to another endpoint
 // when that cannot repeat anything: after a failed connection attempt if
 // no byte of its body was read, and, for GET and HEAD, after any failure
-// before the answer's headers if its body was not read or can be read again
-// (GetBody). Once a body has been read from, a POST, PUT, PATCH or DELETE is
-// never sent again. With no usable endpoint the error wraps ErrUnavailable.
+// before the answer's headers if its body was not read or can be read
+// again (GetBody). That is its one retry; with waiting on (below) and no
+// other endpoint, it goes to the same one on another connection. Once a
+// body has been read from, a POST, PUT, PATCH or DELETE is never sent
+// again.
+//
+// Waiting (Options.RetryWait > 0): a request that finds no usable endpoint
+// (or whose retry finds none, or cannot connect either), and that may
+// still be sent (nothing of it reached a service, or a GET or HEAD as
+// above), waits instead of failing: the names are resolved again at once
+// (rate-limited as always), and it is sent as soon as an endpoint becomes
+// usable (a new address, a probe passing, a down endpoint taking a
+// last-resort request, tried at most every waitPoll). Connection attempts
+// that fail meanwhile (nothing sent) keep it waiting. It waits until
+// RetryWait has passed since the service became unavailable (when a
+// request first found nothing usable; cleared as soon as an endpoint is
+// usable or a request is answered), and never longer than RetryWait in
+// all: a short gap (containers being replaced) is invisible, and a long
+// outage is answered at once after its first RetryWait. A request whose
+// context ends stops waiting with the context's error; StopWaiting and
+// Close end waits too. A connection attempt under way when the time is up
+// is not cut (the transport's dial timeout bounds it).
+//
+// With no usable endpoint the error wraps ErrUnavailable.
 func (g *Group) RoundTrip(req *http.Request) (*http.Response, error) {
 	var body *trackedBody
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &trackedBody{rc: req.Body}
 	}
-	var tried *endpoint
-	var lastErr error
-	for {
-		e, trial := g.pick(tried)
-		if e == nil {
-			if body != nil {
-				body.finish(true)
-			}
-			g.kickResolve()
-			if tried != nil {
-				return nil, lastErr // no other address to try it on
-			}
-			g.gm.unavailable.Inc()
-			return nil, fmt.Errorf("%w for %s", ErrUnavailable, g.name)
+	var w waiting
+	fail := func(err error) (*http.Response, error) {
+		if body != nil {
+			body.finish(true)
 		}
-		if tried != nil {
+		g.gm.observeWait(&w)
+		return nil, err
+	}
+	var (
+		tried    *endpoint // where the last attempt failed: not picked next
+		failedOn string
+		lastErr  error
+		lastDial bool // the last attempt could not connect
+		fails    int
+	)
+	for {
+		var changed <-chan struct{}
+		if g.o.RetryWait > 0 {
+			changed = g.changes() // before pick: no change is missed
+		}
+		e, trial := g.pick(tried, fails > 1 || w.waited())
+		if e == nil {
+			g.kickResolve()
+			if tried != nil && !lastDial && g.o.RetryWait > 0 {
+				// Its one retry, after it broke on a connection (a kept
+				// alive one the replica had just closed, say), and no other
+				// endpoint: the same one again, on another connection.
+				tried = nil
+				continue
+			}
+			if g.o.RetryWait <= 0 {
+				if tried != nil { // no other endpoint to retry on
+					return fail(lastErr)
+				}
+				g.gm.unavailable.Inc()
+				return fail(fmt.Errorf("%w for %s", ErrUnavailable, g.name))
+			}
+			if err := g.wait(req.Context(), changed, &w); err != nil {
+				if errors.Is(err, ErrUnavailable) {
+					g.gm.unavailable.Inc()
+				}
+				return fail(err)
+			}
+			tried = nil
+			continue
+		}
+		if lastErr != nil {
 			g.gm.retries.Inc()
-			g.o.Log.Debug("upstream request sent again", "service", g.name, "failed_on", tried.addr, "to", e.addr, "err", lastErr)
+			g.o.Log.Debug("upstream request sent again", "service", g.name, "failed_on", failedOn, "to", e.addr, "err", lastErr)
 		}
 		out := new(http.Request)
 		*out = *req
@@ -746,16 +876,15 @@ func (g *Group) RoundTrip(req *http.Request) (*http.Response, error) {
 			if trial {
 				e.revive()
 			}
+			g.usableAgain()
+			g.gm.observeWait(&w)
 			return e.track(resp), nil
 		}
 		e.done()
 		// The client going away, or its body failing (too large, stalled,
 		// cut), is not the endpoint's fault and is never retried.
 		if req.Context().Err() != nil || body != nil && body.failed() {
-			if body != nil {
-				body.finish(true)
-			}
-			return nil, err
+			return fail(err)
 		}
 		e.m.failures.Inc()
 		dial := isDialError(err)
@@ -765,27 +894,101 @@ func (g *Group) RoundTrip(req *http.Request) (*http.Response, error) {
 			e.suspect()
 		}
 		g.kickResolve()
+		fails++
 		read := body != nil && body.wasRead()
-		again := tried == nil && (dial && !read ||
-			(req.Method == http.MethodGet || req.Method == http.MethodHead) && (!read || req.GetBody != nil))
+		var again bool
+		if fails == 1 { // its one retry
+			again = dial && !read ||
+				(req.Method == http.MethodGet || req.Method == http.MethodHead) && (!read || req.GetBody != nil)
+		} else { // beyond it only while nothing was sent, to wait for an endpoint
+			again = g.o.RetryWait > 0 && dial && !read
+		}
 		if !again {
-			if body != nil {
-				body.finish(true)
-			}
-			return nil, err
+			return fail(err)
 		}
 		if read {
 			body.finish(true)
 			rc, gerr := req.GetBody()
 			if gerr != nil {
+				g.gm.observeWait(&w)
 				return nil, err
 			}
 			body = &trackedBody{rc: rc}
 		} else if body != nil {
 			body.rearm()
 		}
-		tried, lastErr = e, err
+		tried, failedOn, lastErr, lastDial = e, e.addr, err, dial
 	}
+}
+
+// waiting is one request's wait for a usable endpoint.
+type waiting struct {
+	start, end time.Time // of the whole wait; zero start: it never waited
+	result     string    // how its last part ended: found, expired, canceled
+}
+
+func (w *waiting) waited() bool { return !w.start.IsZero() }
+
+// wait holds the request until an endpoint may have become usable (nil),
+// or its wait is over: ErrUnavailable when its time is up (or the group is
+// closing), the context's error when the client went away.
+func (g *Group) wait(ctx context.Context, changed <-chan struct{}, w *waiting) error {
+	now := time.Now()
+	stop := func(result string, err error) error {
+		if w.waited() {
+			w.end, w.result = now, result
+		}
+		return err
+	}
+	unavailable := func() error { return fmt.Errorf("%w for %s", ErrUnavailable, g.name) }
+	if err := ctx.Err(); err != nil {
+		return stop("canceled", err)
+	}
+	if g.ctx.Err() != nil {
+		return stop("canceled", unavailable())
+	}
+	since := g.unusableSince.Load()
+	if since == 0 {
+		if g.unusableSince.CompareAndSwap(0, mono(now)) {
+			g.o.Log.Warn("upstream service has no usable address; requests wait for one", "service", g.name,
+				"retry_wait", g.o.RetryWait.String())
+		}
+		if since = g.unusableSince.Load(); since == 0 {
+			since = mono(now)
+		}
+	}
+	// RetryWait since the service became unavailable, and at most
+	// RetryWait for this request.
+	deadline := since + int64(g.o.RetryWait)
+	if w.waited() {
+		deadline = min(deadline, mono(w.start)+int64(g.o.RetryWait))
+	}
+	result := "expired"
+	if c := g.waitCutoff.Load(); c != 0 && c < deadline {
+		deadline, result = c, "canceled"
+	}
+	left := time.Duration(deadline - mono(now))
+	if left <= 0 {
+		return stop(result, unavailable())
+	}
+	if !w.waited() {
+		w.start = now
+	}
+	g.kickResolve()
+	t := time.NewTimer(min(waitPoll, left))
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+		now = time.Now()
+		return stop("canceled", ctx.Err())
+	case <-g.ctx.Done():
+		now = time.Now()
+		return stop("canceled", unavailable())
+	}
+	w.end, w.result = time.Now(), "found"
+	return nil
 }
 
 // isDialError reports a failure to connect (nothing was sent).
