@@ -316,10 +316,15 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	return err
 }
 
-// readyz answers 200 only when every replica (every address the balancer
-// knows now) of every service is ready and NATS is connected. Each address
-// is probed now, not read from the balancer's last probe, so a replica
-// that just stopped is seen at once; the answers also feed the balancer.
+// readyz answers 200 when NATS is connected and every deployed service has
+// at least one replica (an address the balancer knows now) whose readiness
+// probe passes: the gateway can serve all its routes, though a replica may
+// be sick or being replaced. Each address is probed now, not read from the
+// balancer's last probe, so a replica that just stopped is seen at once;
+// the answers also feed the balancer. The checks count replicas per
+// service ("ok (2 of 3 replicas ready)", "no replica ready (0 of 3)");
+// they never name an address (this is the public port; the per-address
+// figures are on the metrics listener).
 func readyz(groups map[string]*upstream.Group, nc *nats.Conn) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -329,27 +334,32 @@ func readyz(groups map[string]*upstream.Group, nc *nats.Conn) http.HandlerFunc {
 		var wg sync.WaitGroup
 		ok := true
 		for name, g := range groups {
+			if !g.Deployed() {
+				mu.Lock()
+				checks[name] = "not deployed" // its routes answer 503 service_not_deployed
+				mu.Unlock()
+				continue
+			}
 			wg.Go(func() {
-				var res []upstream.Check
-				if g.Deployed() {
-					res = g.CheckNow(ctx)
+				res := g.CheckNow(ctx)
+				ready := 0
+				for _, c := range res {
+					if c.Result == "ok" {
+						ready++
+					}
 				}
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
-				case !g.Deployed():
-					checks[name] = "not deployed"
-					ok = false
 				case len(res) == 0:
-					checks[name] = "no address" // the name resolves to nothing
-					ok = false
+					checks[name] = "no replica ready (no address)" // the name resolves to nothing
+				case ready == 0:
+					checks[name] = fmt.Sprintf("no replica ready (0 of %d)", len(res))
+				default:
+					checks[name] = fmt.Sprintf("ok (%d of %d replicas ready)", ready, len(res))
 				}
-				// Replicas by index, not address: /readyz is on the public port.
-				for i, c := range res {
-					checks[fmt.Sprintf("%s[%d]", name, i)] = c.Result
-					if c.Result != "ok" {
-						ok = false
-					}
+				if ready == 0 {
+					ok = false
 				}
 			})
 		}

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,8 +14,8 @@ import (
 
 // Two auth replicas behind the real gateway, one killed between requests:
 // session lookups (GET /ms/me), GETs and sign-ins (a POST: its connection
-// was refused, so nothing was sent) all succeed, /readyz reports the dead
-// replica, and the per-address metrics show both.
+// was refused, so nothing was sent) all succeed, /readyz stays 200 and
+// counts the replicas ready, and the per-address metrics show both.
 func TestAuthReplicaKilled(t *testing.T) {
 	a1, a2 := httptest.NewServer(&fakeAuth{}), httptest.NewServer(&fakeAuth{})
 	t.Cleanup(a1.Close)
@@ -35,11 +37,11 @@ func TestAuthReplicaKilled(t *testing.T) {
 			t.Fatalf("POST /signin %d after the kill: %d %v", i, status, body)
 		}
 	}
+	// One ready replica is enough to serve: the gateway is ready, and
+	// says how many are.
 	status, body := do(t, "GET", g.url+"/readyz", "", "", nil)
 	checks, _ := body["checks"].(map[string]any)
-	// Replicas are numbered by address order, whatever the ports drawn.
-	if a, b := checks["auth[0]"], checks["auth[1]"]; status != 503 ||
-		!(a == "unreachable" && b == "ok" || a == "ok" && b == "unreachable") {
+	if status != 200 || checks["auth"] != "ok (1 of 2 replicas ready)" {
 		t.Fatalf("readyz with one auth replica dead: %d %v", status, body)
 	}
 	s := metricstest.Scrape(t, "http://"+g.metricsAddr+"/metrics")
@@ -50,5 +52,52 @@ func TestAuthReplicaKilled(t *testing.T) {
 	}
 	if v, _ := s.Sum("acme_gateway_upstream_healthy", "service", "auth", "address", a1Addr); v != 0 {
 		t.Errorf("the dead replica's healthy gauge is %v", v)
+	}
+}
+
+// /readyz of the gateway: 200 while every service has a ready replica,
+// with the count per service and never an address; 503 in the usual error
+// shape once every replica of one is gone.
+func TestReadyzCountsReadyReplicas(t *testing.T) {
+	a1, a2 := httptest.NewServer(&fakeAuth{}), httptest.NewServer(&fakeAuth{})
+	t.Cleanup(a1.Close)
+	t.Cleanup(a2.Close)
+	g := runGateway(t, map[string]http.Handler{"files": http.HandlerFunc(echo), "logs": http.HandlerFunc(echo)}, io.Discard,
+		map[string]string{"GATEWAY_AUTH_URL": a1.URL + "," + a2.URL})
+	readyz := func() (int, map[string]any, string) {
+		t.Helper()
+		resp, err := http.Get(g.url + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var body map[string]any
+		if err := json.Unmarshal(raw, &body); err != nil {
+			t.Fatalf("readyz: not JSON: %q", raw)
+		}
+		for _, s := range []*httptest.Server{a1, a2} {
+			if strings.Contains(string(raw), strings.TrimPrefix(s.URL, "http://")) || strings.Contains(string(raw), "127.0.0.1") {
+				t.Fatalf("readyz shows an address: %s", raw)
+			}
+		}
+		checks, _ := body["checks"].(map[string]any)
+		return resp.StatusCode, body, fmt.Sprint(checks["auth"])
+	}
+	if status, body, auth := readyz(); status != 200 || auth != "ok (2 of 2 replicas ready)" {
+		t.Fatalf("both up: %d %v", status, body)
+	}
+	if status, body, _ := readyz(); body["checks"].(map[string]any)["files"] != "ok (1 of 1 replicas ready)" ||
+		body["checks"].(map[string]any)["nats"] != "ok" {
+		t.Fatalf("the other checks: %d %v", status, body)
+	}
+	a1.Close()
+	if status, body, auth := readyz(); status != 200 || auth != "ok (1 of 2 replicas ready)" {
+		t.Fatalf("one of two down: %d %v", status, body)
+	}
+	a2.Close()
+	status, body, auth := readyz()
+	if status != 503 || auth != "no replica ready (0 of 2)" || body["status"] != "unavailable" || body["code"] != "not_ready" {
+		t.Fatalf("both down: %d %v", status, body)
 	}
 }
