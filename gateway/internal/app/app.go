@@ -55,6 +55,7 @@ type Config struct {
 	ProbeInterval   time.Duration // GET /readyz of every address
 	ProbeTimeout    time.Duration
 	EjectMax        time.Duration // longest wait before a down address is probed again
+	RetryWait       time.Duration // requests wait this long for a replica of a service that has none usable; 0: never
 }
 
 func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
@@ -83,6 +84,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ProbeInterval:   r.Duration("PROBE_INTERVAL", 2*time.Second),
 		ProbeTimeout:    r.Duration("PROBE_TIMEOUT", 2*time.Second),
 		EjectMax:        r.Duration("EJECT_BACKOFF_MAX", 5*time.Second),
+		RetryWait:       r.Duration("RETRY_WAIT", 5*time.Second),
 		BodyLimits: map[string]int64{
 			"auth":   r.Int64("MAX_AUTH_BODY", 64<<10),
 			"logs":   r.Int64("MAX_LOGS_BODY", 6*64<<10+64<<10),
@@ -105,6 +107,9 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		if d <= 0 {
 			return c, r, fmt.Errorf("GATEWAY_%s must be positive", k)
 		}
+	}
+	if c.RetryWait < 0 {
+		return c, r, errors.New("GATEWAY_RETRY_WAIT must not be negative (0 turns waiting off)")
 	}
 	if c.MaxHeaderBytes < 1<<10 {
 		return c, r, errors.New("GATEWAY_MAX_HEADER_BYTES must be at least 1024")
@@ -166,7 +171,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		g, err := upstream.New(name, urls, upstream.Options{
 			Transport: transport, ResolveInterval: cfg.ResolveInterval,
 			ProbeInterval: cfg.ProbeInterval, ProbeTimeout: cfg.ProbeTimeout, BackoffMax: cfg.EjectMax,
-			Metrics: upstreamMetrics, Log: log,
+			RetryWait: cfg.RetryWait, Metrics: upstreamMetrics, Log: log,
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -175,6 +180,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		groups[name] = g
 	}
 	resolver := sessions.NewResolver(groups["auth"], cfg.Credential, &http.Client{Transport: groups["auth"]}, cfg.SessionTTL)
+	// A lookup may wait for an auth replica (GATEWAY_RETRY_WAIT) and then
+	// still has its 5 s for the answer.
+	resolver.SetTimeout(5*time.Second + cfg.RetryWait)
 
 	// Revocations from auth over NATS. The gateway keeps serving while NATS
 	// is away (the cache TTL bounds staleness) and reconnects by itself.
@@ -292,9 +300,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// Shutdown: the listener closes at once (new connections are refused),
 	// in-flight requests finish within GATEWAY_SHUTDOWN_GRACE (streams
 	// still running then are cut), the metrics listener stops, our
-	// buffered error logs are published, and NATS drains.
+	// buffered error logs are published, and NATS drains. Requests waiting
+	// for a replica (GATEWAY_RETRY_WAIT) give up within half the grace, so
+	// they are answered 503 rather than cut.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
+	for _, g := range groups {
+		g.StopWaiting(time.Now().Add(cfg.ShutdownGrace / 2))
+	}
 	stopStreams() // live streams never finish by themselves
 	err = srv.Shutdown(sctx)
 	if err != nil {

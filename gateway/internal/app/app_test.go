@@ -396,7 +396,8 @@ func TestOriginPolicy(t *testing.T) {
 }
 
 func TestAuthDownIs503Not401(t *testing.T) {
-	g := startGateway(t, map[string]string{"GATEWAY_AUTH_URL": "http://127.0.0.1:1"})
+	// Requests wait GATEWAY_RETRY_WAIT for an auth replica, then 503.
+	g := startGateway(t, map[string]string{"GATEWAY_AUTH_URL": "http://127.0.0.1:1", "GATEWAY_RETRY_WAIT": "500ms"})
 	status, body := do(t, "GET", g.url+"/me", userCookie, "", nil)
 	if status != 503 || body["code"] != "auth_unavailable" {
 		t.Fatalf("got %d %v", status, body)

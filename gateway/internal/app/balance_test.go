@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acme/platform/pkg/metrics/metricstest"
 )
@@ -99,5 +101,126 @@ func TestReadyzCountsReadyReplicas(t *testing.T) {
 	status, body, auth := readyz()
 	if status != 503 || auth != "no replica ready (0 of 2)" || body["status"] != "unavailable" || body["code"] != "not_ready" {
 		t.Fatalf("both down: %d %v", status, body)
+	}
+}
+
+// The only auth replica is replaced (stopped, and a new process listens
+// on its address about a second later, as a recreated container comes
+// back): a session lookup (GET /me) and a sign-in (POST) sent during the
+// gap wait for it and succeed, never a 503.
+func TestAuthReplacedRequestsWait(t *testing.T) {
+	fa := &fakeAuth{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	a := httptest.NewUnstartedServer(fa)
+	a.Listener.Close()
+	a.Listener = ln
+	a.Start()
+	t.Cleanup(a.Close)
+	var out logBuffer
+	g := runGateway(t, map[string]http.Handler{"files": http.HandlerFunc(echo), "logs": http.HandlerFunc(echo)}, &out,
+		map[string]string{"GATEWAY_AUTH_URL": "http://" + addr, "GATEWAY_SESSION_CACHE_TTL": "0s", "GATEWAY_RETRY_WAIT": "20s"})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", out.String())
+		}
+	})
+	if status, body := do(t, "GET", g.url+"/me", userCookie, "", nil); status != 200 {
+		t.Fatalf("before: %d %v", status, body)
+	}
+	a.Close()
+	// Once the gateway has seen it go (a request sent at the very moment
+	// the replica closes its kept-alive connections may have been written
+	// to one; a POST then fails, as it may have been acted on).
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if status, _ := do(t, "GET", g.url+"/readyz", "", "", nil); status == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("readyz still 200 with the only auth replica stopped")
+		}
+	}
+	type result struct {
+		status int
+		body   map[string]any
+	}
+	me, signin := make(chan result, 1), make(chan result, 1)
+	go func() { s, b := do(t, "GET", g.url+"/me", userCookie, "", nil); me <- result{s, b} }()
+	go func() { s, b := do(t, "POST", g.url+"/signin", "", `{"email":"a@b.c"}`, nil); signin <- result{s, b} }()
+	time.Sleep(time.Second)
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the address was taken meanwhile: %v", err)
+	}
+	b := httptest.NewUnstartedServer(fa)
+	b.Listener.Close()
+	b.Listener = ln
+	b.Start()
+	t.Cleanup(b.Close)
+	for name, c := range map[string]chan result{"GET /me": me, "POST /signin": signin} {
+		select {
+		case r := <-c:
+			if r.status != 200 {
+				t.Errorf("%s during the gap: %d %v", name, r.status, r.body)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no answer", name)
+		}
+	}
+}
+
+// A request waiting for a replica when the gateway is told to stop is
+// answered (503 JSON) within the shutdown grace, and Run returns cleanly.
+func TestShutdownEndsWaits(t *testing.T) {
+	var out logBuffer
+	g := runGateway(t, map[string]http.Handler{"auth": &fakeAuth{}, "logs": http.HandlerFunc(echo)}, &out,
+		map[string]string{"GATEWAY_RETRY_WAIT": "1m", "GATEWAY_SHUTDOWN_GRACE": "2s"}) // files: a closed port
+	type result struct {
+		status int
+		raw    string
+		err    error
+	}
+	resc := make(chan result, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: &http.Transport{}}).Get(g.url + "/images/x") // public: files only
+		if err != nil {
+			resc <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		resc <- result{status: resp.StatusCode, raw: string(raw)}
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(out.String(), "requests wait for one") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the request is not waiting; log:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	g.stop()
+	select {
+	case r := <-resc:
+		if r.err != nil || r.status != 503 || !strings.Contains(r.raw, `"service_unavailable"`) {
+			t.Fatalf("the waiting request: %d %q %v", r.status, r.raw, r.err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("answered %v after shutdown began, grace 2s", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting request got no answer")
+	}
+	select {
+	case err := <-g.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		g.done <- nil // for the cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
 	}
 }

@@ -201,9 +201,11 @@ func New(cfg Config) *Handler {
 					return
 				}
 			}
-			// No usable replica (every one down, or none resolved), or the
-			// one tried failed before answering and the request could not
-			// be sent again: 503 at once, never a hang.
+			// No usable replica (every one down, or none resolved) within
+			// GATEWAY_RETRY_WAIT (the balancer holds a request that was
+			// never sent that long, counted from when the service became
+			// unavailable), or the one tried failed before answering and
+			// the request could not be sent again: 503, never a hang.
 			cfg.Log.WarnContext(r.Context(), "upstream unreachable", "service", svc, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "the "+svc+" service is unavailable, try again shortly")
 		},

@@ -61,7 +61,8 @@ func WellFormed(s string) bool {
 // Upstream gives the auth base URL for the next call. In the gateway it is
 // auth's balancer (upstream.Group), which is also the client's transport: the
 // URL names the service, and the balancer picks the replica, retrying the
-// lookup once on another replica when the first fails before answering.
+// lookup once on another replica when the first fails before answering, and
+// waiting GATEWAY_RETRY_WAIT for a replica when auth has none usable.
 type Upstream interface{ Next() string }
 
 // Resolver resolves and caches sessions.
@@ -70,6 +71,7 @@ type Resolver struct {
 	credential string
 	client     *http.Client
 	ttl        time.Duration
+	timeout    time.Duration // bounds one call to auth
 	group      singleflight.Group
 
 	// fence, when set, must succeed before a cached answer is served
@@ -84,9 +86,13 @@ type Resolver struct {
 
 // NewResolver returns a Resolver caching answers for ttl (0 disables).
 func NewResolver(auth Upstream, credential string, client *http.Client, ttl time.Duration) *Resolver {
-	return &Resolver{auth: auth, credential: credential, client: client, ttl: ttl,
+	return &Resolver{auth: auth, credential: credential, client: client, ttl: ttl, timeout: 5 * time.Second,
 		byHash: map[string]Identity{}, gen: map[string]uint64{}}
 }
+
+// SetTimeout bounds each call to auth (default 5 s), the balancer's wait
+// for a replica included. Set it before serving.
+func (r *Resolver) SetTimeout(d time.Duration) { r.timeout = d }
 
 // SetFence makes Resolve call fence before it serves a cached answer; when
 // the fence fails, Resolve asks auth instead. Set it before serving.
@@ -141,7 +147,7 @@ type msMeAnswer struct {
 }
 
 func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
 	body, _ := json.Marshal(map[string]string{"sessionId": sessionID})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.auth.Next()+"/ms/me", bytes.NewReader(body))
