@@ -2,8 +2,10 @@
 // four processes, then measures each target side by side with its raw limit
 // in the same run, and prints ratios. Nothing here is a timed assertion.
 //
-// BENCH_ONLY=auth,files,logs selects sections; BENCH_SECONDS sets the length
-// of each timed phase (default 8).
+// BENCH_ONLY=auth,pocketbase,files,logs selects sections (all by default);
+// BENCH_SECONDS sets the length of each timed phase (default 8). The
+// pocketbase section runs a pinned PocketBase beside the platform and
+// compares the two.
 package main
 
 import (
@@ -28,6 +30,7 @@ import (
 // env is the running benchmark environment.
 type env struct {
 	ctx     context.Context
+	tmp     string // scratch directory, removed at the end
 	p       *stack.Platform
 	sec     stack.Secrets
 	servers stack.Servers
@@ -116,11 +119,11 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	defer mc.Disconnect(context.Background())
 
-	e := &env{ctx: ctx, p: p, sec: sec, servers: servers, mongo: mc, seconds: time.Duration(secs) * time.Second, out: out}
+	e := &env{ctx: ctx, tmp: tmp, p: p, sec: sec, servers: servers, mongo: mc, seconds: time.Duration(secs) * time.Second, out: out}
 	sections := []struct {
 		name string
 		fn   func(*env) error
-	}{{"auth", benchAuth}, {"files", benchFiles}, {"logs", benchLogs}}
+	}{{"auth", benchAuth}, {"pocketbase", benchPocketBase}, {"files", benchFiles}, {"logs", benchLogs}}
 	for _, s := range sections {
 		if !want(s.name) {
 			continue

@@ -1,0 +1,396 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/acme/platform/pkg/embedded"
+	"github.com/acme/platform/scripts/stack"
+)
+
+// PocketBase, pinned: the newest release that builds with Go 1.26 (v0.40
+// asks for go 1.27). Its stock program is examples/base.
+const (
+	pocketBaseModule  = "github.com/pocketbase/pocketbase"
+	pocketBaseVersion = "v0.39.11"
+)
+
+// pocketBaseBinary returns the path of the pinned PocketBase program,
+// building it once (a minute or two) into the cache next to MinIO's;
+// $POCKETBASE_BINARY overrides. Same scheme as pkg/embedded's binaries: an
+// exclusive lock for the build, written under a temporary name, renamed.
+func pocketBaseBinary(ctx context.Context, progress io.Writer) (string, error) {
+	if p := os.Getenv("POCKETBASE_BINARY"); p != "" {
+		return p, nil
+	}
+	dir := filepath.Join(embedded.CacheDir(), "pocketbase-"+pocketBaseVersion)
+	bin := filepath.Join(dir, "pocketbase")
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil // built while this caller waited
+	}
+	fmt.Fprintf(progress, "building PocketBase %s once into %s (a minute or two the first time)...\n", pocketBaseVersion, dir)
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", pocketBaseModule+"/examples/base@"+pocketBaseVersion)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building pocketbase: %w\n%s", err, b)
+	}
+	out := fmt.Sprintf("%s.tmp-%d", bin, os.Getpid())
+	defer os.Remove(out)
+	if err := os.Rename(filepath.Join(tmp, "base"), out); err != nil {
+		return "", err
+	}
+	return bin, os.Rename(out, bin)
+}
+
+// pocketBase is a running `pocketbase serve`.
+type pocketBase struct {
+	URL    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	out    *stack.Output
+}
+
+// startPocketBase creates a superuser in a fresh data directory (the CLI),
+// starts the server on a free loopback port and waits for /api/health.
+func startPocketBase(ctx context.Context, bin, dir, email, password string) (*pocketBase, error) {
+	addr, err := embedded.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	if b, err := exec.CommandContext(ctx, bin, "superuser", "upsert", email, password, "--dir", dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pocketbase superuser upsert: %w\n%s", err, b)
+	}
+	pb := &pocketBase{URL: "http://" + addr, exited: make(chan struct{}), out: &stack.Output{}}
+	pb.cmd = exec.Command(bin, "serve", "--http", addr, "--dir", dir)
+	pb.cmd.Stdout, pb.cmd.Stderr = pb.out, pb.out
+	pb.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := pb.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = pb.cmd.Wait(); close(pb.exited) }()
+	c := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-pb.exited:
+			return nil, fmt.Errorf("pocketbase exited during start-up:\n%s", pb.out.Tail(20))
+		default:
+		}
+		if resp, err := c.Get(pb.URL + "/api/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return pb, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			pb.Stop()
+			return nil, fmt.Errorf("pocketbase not healthy on %s after 30s:\n%s", addr, pb.out.Tail(20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (pb *pocketBase) Pid() int { return pb.cmd.Process.Pid }
+
+// Stop sends SIGTERM, then SIGKILL after 10 s.
+func (pb *pocketBase) Stop() {
+	_ = pb.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-pb.exited:
+	case <-time.After(10 * time.Second):
+		_ = pb.cmd.Process.Kill()
+		<-pb.exited
+	}
+}
+
+// hit does one request, discards the answer and fails unless the status is
+// want (lighter on the load generator than call: no JSON decoding).
+func hit(c *http.Client, method, url string, body []byte, hdr map[string]string, want int) error {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, raw)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
+// side is one stack under one load: its rounds and the CPU its processes
+// (and, apart, the bench process) spent during them.
+type side struct {
+	rounds []stats
+	cpu    cpuSample // by process, over every round
+	self   int64     // the bench process's ticks over every round
+}
+
+func (s *side) requests() (n int) {
+	for _, r := range s.rounds {
+		n += r.n
+	}
+	return n
+}
+
+// median is the round with the median requests/s (the upper one of an even
+// count).
+func (s *side) median() stats {
+	r := append([]stats{}, s.rounds...)
+	sort.Slice(r, func(i, j int) bool { return r[i].rps() < r[j].rps() })
+	return r[len(r)/2]
+}
+
+func (s *side) String() string {
+	var l []string
+	for _, r := range s.rounds {
+		l = append(l, fmt.Sprintf("%.0f", r.rps()))
+	}
+	return fmt.Sprintf("%s; rounds %s/s", s.median(), strings.Join(l, ", "))
+}
+
+// perRequest is the CPU µs per request of each process and their sum.
+func (s *side) perRequest(order []string) (string, float64) {
+	return s.cpu.perRequest(s.requests(), order)
+}
+
+func (s *side) selfPerRequest() float64 {
+	return float64(s.self) * 1e6 / clockTicks / float64(max(s.requests(), 1))
+}
+
+// run does one round of fn from workers goroutines for d, reading sample
+// before and after.
+func (s *side) run(ctx context.Context, workers int, d time.Duration, sample func() cpuSample, fn func(int) error) error {
+	if s.cpu == nil {
+		s.cpu = cpuSample{}
+	}
+	self0, _ := readStat(os.Getpid())
+	before := sample()
+	st := load(ctx, workers, d, fn)
+	after := sample()
+	self1, _ := readStat(os.Getpid())
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.cpu.add(before, after)
+	s.self += self1.ticks - self0.ticks
+	s.rounds = append(s.rounds, st)
+	return nil
+}
+
+func mark(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
+
+// benchPocketBase: PocketBase beside the platform, in the same run on the
+// same cores. An authenticated record fetch (GET
+// /api/collections/users/records/:id with the user's token) against an
+// authenticated GET /me through the gateway (session cookie), and
+// PocketBase's auth-with-password against POST /signin: requests/s, p50,
+// p99 and the CPU time per request of every process of each stack
+// (/proc/PID/stat utime+stime before and after each round). The two sides
+// run in alternating rounds; the median round's rate and latencies are
+// reported, the CPU per request over all rounds.
+func benchPocketBase(e *env) error {
+	const rounds, workers = 3, 32
+	signinWorkers := 2 * runtime.NumCPU() // as the auth section's sign-ins
+
+	bin, err := pocketBaseBinary(e.ctx, e.out)
+	if err != nil {
+		return err
+	}
+	suEmail, suPass := "root@bench.local", stack.Secret(12)
+	pb, err := startPocketBase(e.ctx, bin, filepath.Join(e.tmp, "pocketbase"), suEmail, suPass)
+	if err != nil {
+		return err
+	}
+	defer pb.Stop()
+	c := httpClient(64)
+	su, _, err := call(c, "POST", pb.URL+"/api/collections/_superusers/auth-with-password",
+		map[string]string{"identity": suEmail, "password": suPass}, nil, 200)
+	if err != nil {
+		return err
+	}
+	suToken, _ := su["token"].(string)
+	userEmail, userPass := "user@bench.local", stack.Secret(12)
+	if _, _, err := call(c, "POST", pb.URL+"/api/collections/users/records",
+		map[string]string{"email": userEmail, "password": userPass, "passwordConfirm": userPass},
+		map[string]string{"Authorization": suToken}, 200); err != nil {
+		return err
+	}
+	pbCredsMap := map[string]string{"identity": userEmail, "password": userPass}
+	pbCreds, _ := json.Marshal(pbCredsMap)
+	ua, _, err := call(c, "POST", pb.URL+"/api/collections/users/auth-with-password", pbCredsMap, nil, 200)
+	if err != nil {
+		return err
+	}
+	pbToken, _ := ua["token"].(string)
+	rec, _ := ua["record"].(map[string]any)
+	recID, _ := rec["id"].(string)
+	if pbToken == "" || recID == "" {
+		return fmt.Errorf("pocketbase auth-with-password: no token or record id in %v", ua)
+	}
+	pbFetchURL := pb.URL + "/api/collections/users/records/" + recID
+	pbHdr := map[string]string{"Authorization": pbToken}
+	if err := hit(c, "GET", pbFetchURL, nil, pbHdr, 200); err != nil {
+		return err
+	}
+
+	// The platform: the administrator's session, as in the auth section.
+	gw := e.p.GatewayURL
+	credsMap := map[string]string{"email": e.sec.AdminEmail, "password": e.sec.AdminPassword}
+	creds, _ := json.Marshal(credsMap)
+	_, h, err := call(c, "POST", gw+"/signin", credsMap, nil, 200)
+	if err != nil {
+		return err
+	}
+	cookie := ""
+	for _, ck := range (&http.Response{Header: h}).Cookies() {
+		if ck.Name == "sessionId" {
+			cookie = ck.Value
+		}
+	}
+	if cookie == "" {
+		return errors.New("POST /signin: no sessionId cookie")
+	}
+	meHdr := map[string]string{"Cookie": "sessionId=" + cookie}
+
+	// CPU of each stack: PocketBase is one process; the platform is every
+	// other child of this process (gateway, auth, files, logs, FerretDB,
+	// MinIO), each with its descendants. NATS runs inside this process.
+	names := map[int]string{}
+	for name, procs := range e.p.Replicas {
+		for i, p := range procs {
+			label := name
+			if len(procs) > 1 {
+				label = fmt.Sprintf("%s-%d", name, i+1)
+			}
+			names[p.Pid()] = label
+		}
+	}
+	pbSample := func() cpuSample { return samplePid(pb.Pid(), "pocketbase") }
+	platSample := func() cpuSample { return sampleChildren(os.Getpid(), names, map[int]bool{pb.Pid(): true}) }
+	order := []string{"gateway", "auth", "files", "logs"}
+	fmt.Fprintf(e.out, "  PocketBase %s on %s (pid %d); the platform's processes: %s\n", pocketBaseVersion, pb.URL, pb.Pid(), strings.Join(sortedKeys(platSample()), ", "))
+	fmt.Fprintln(e.out, "  NATS runs inside the bench process with the load generator: its CPU is not counted (it carries only session revocations, which neither GET /me nor sign-in publishes); the bench process's own CPU per request is shown apart")
+	if os.Getenv("MONGO_URL") != "" {
+		fmt.Fprintln(e.out, "  MONGO_URL is set: the platform's MongoDB server is not a child of the bench, its CPU is not counted")
+	}
+
+	// compare runs a and b in alternating rounds after a short warm-up of
+	// each.
+	compare := func(n int, a, b *side, fa, fb func(int) error) error {
+		load(e.ctx, n, time.Second, fa)
+		load(e.ctx, n, time.Second, fb)
+		for range rounds {
+			if err := a.run(e.ctx, n, e.seconds, pbSample, fa); err != nil {
+				return err
+			}
+			if err := b.run(e.ctx, n, e.seconds, platSample, fb); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
+	var pbFetch, me side
+	if err := compare(workers, &pbFetch, &me,
+		func(int) error { return hit(c, "GET", pbFetchURL, nil, pbHdr, 200) },
+		func(int) error { return hit(c, "GET", gw+"/me", nil, meHdr, 200) }); err != nil {
+		return err
+	}
+	pbm, mem := pbFetch.median(), me.median()
+	e.report("pocketbase", fmt.Sprintf("PocketBase GET users/records/:id, token (%d conns)", workers), pbFetch.String(), "")
+	e.report("pocketbase", fmt.Sprintf("platform GET /me via gateway, cookie (%d conns)", workers), me.String(), "")
+	r := mem.rps() / pbm.rps()
+	e.report("pocketbase", "GET /me/s ÷ PocketBase record fetches/s (median rounds)", fmt.Sprintf("%.2f %s", r, mark(r >= 2)), ">= 2")
+	p99, pbP99 := mem.pct(0.99), pbm.pct(0.99)
+	e.report("pocketbase", "GET /me p99 vs PocketBase record fetch p99", fmt.Sprintf("%s vs %s %s", p99.Round(10*time.Microsecond), pbP99.Round(10*time.Microsecond), mark(p99 <= pbP99)), "<= PocketBase's")
+	pbCPU, pbTotal := pbFetch.perRequest(nil)
+	meCPU, meTotal := me.perRequest(order)
+	e.report("pocketbase", "CPU/request, PocketBase record fetch", pbCPU, "")
+	e.report("pocketbase", "CPU/request, platform GET /me", meCPU, "")
+	r = meTotal / pbTotal
+	e.report("pocketbase", "CPU/request platform ÷ PocketBase (GET /me vs fetch)", fmt.Sprintf("%.2f %s", r, mark(r <= 0.5)), "<= 0.5")
+	e.report("pocketbase", "bench process CPU/request (load generator, NATS)", fmt.Sprintf("%.0f µs (PocketBase fetch) vs %.0f µs (GET /me), not counted", pbFetch.selfPerRequest(), me.selfPerRequest()), "")
+
+	var pbSignin, signin side
+	if err := compare(signinWorkers, &pbSignin, &signin,
+		func(int) error {
+			return hit(c, "POST", pb.URL+"/api/collections/users/auth-with-password", pbCreds, nil, 200)
+		},
+		func(int) error { return hit(c, "POST", gw+"/signin", creds, nil, 200) }); err != nil {
+		return err
+	}
+	e.report("pocketbase", fmt.Sprintf("PocketBase auth-with-password (%d conns)", signinWorkers), pbSignin.String(), "")
+	e.report("pocketbase", fmt.Sprintf("platform POST /signin via gateway (%d conns)", signinWorkers), signin.String(), "")
+	e.report("pocketbase", "sign-ins/s platform ÷ PocketBase (median rounds)", ratio(signin.median().rps(), pbSignin.median().rps()), "report")
+	pbCPU, pbTotal = pbSignin.perRequest(nil)
+	siCPU, siTotal := signin.perRequest(order)
+	e.report("pocketbase", "CPU/request, PocketBase auth-with-password", pbCPU, "")
+	e.report("pocketbase", "CPU/request, platform POST /signin", siCPU, "")
+	e.report("pocketbase", "CPU/sign-in platform ÷ PocketBase", ratio(siTotal, pbTotal), "report")
+	e.report("pocketbase", "bench process CPU/request (load generator, NATS)", fmt.Sprintf("%.0f µs (PocketBase sign-in) vs %.0f µs (POST /signin), not counted", pbSignin.selfPerRequest(), signin.selfPerRequest()), "")
+	return nil
+}
+
+func sortedKeys(s cpuSample) []string {
+	var k []string
+	for n := range s {
+		k = append(k, n)
+	}
+	sort.Strings(k)
+	return k
+}
