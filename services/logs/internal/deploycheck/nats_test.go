@@ -75,7 +75,7 @@ func connect(t *testing.T, url, user, password string) (*nats.Conn, func() []err
 }
 
 func TestIngestUnderDeploymentPermissions(t *testing.T) {
-	passwords := map[string]string{"auth": "authPw1", "files": "filesPw1", "logs": "logsPw1", "gateway": "gatewayPw1"}
+	passwords := map[string]string{"auth": "authPw1", "files": "filesPw1", "logs": "logsPw1", "gateway": "gatewayPw1", "publisher": "publisherPw1"}
 	for u, pw := range passwords {
 		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", pw)
 	}
