@@ -354,7 +354,48 @@ func (p *FerretDBProc) Restart(ctx context.Context) error {
 
 // Pause freezes the server with SIGSTOP: connections stay open, nothing is
 // answered. Resume undoes it.
-func (p *FerretDBProc) Pause() error { return p.signal(syscall.SIGSTOP) }
+//
+// It returns once every thread of the process is stopped (the kernel
+// stops a process's threads one by one, each when it next runs; on a
+// loaded machine that can take a moment, in which a thread could still
+// answer a request).
+func (p *FerretDBProc) Pause() error {
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return waitStopped(p.Pid(), 10*time.Second)
+}
+
+// waitStopped waits until every thread of pid is in the stopped state
+// ('T' in /proc/PID/task/TID/stat).
+func waitStopped(pid int, max time.Duration) error {
+	deadline := time.Now().Add(max)
+	for {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			return fmt.Errorf("ferretdb: pid %d: no threads to check (%v)", pid, err)
+		}
+		running := ""
+		for _, t := range tasks {
+			b, err := os.ReadFile(t)
+			if err != nil {
+				continue // a thread that ended
+			}
+			// The state follows the command name, which is in parentheses.
+			if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] != 'T' && b[i+2] != 't' {
+				running = t
+				break
+			}
+		}
+		if running == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ferretdb: pid %d not stopped after %s (%s)", pid, max, running)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 // Resume continues a paused server (SIGCONT).
 func (p *FerretDBProc) Resume() error { return p.signal(syscall.SIGCONT) }
