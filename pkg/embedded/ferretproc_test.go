@@ -75,7 +75,14 @@ func TestFerretDBProcStopPauseRestart(t *testing.T) {
 	}
 	start := time.Now()
 	if err := op(500 * time.Millisecond); err == nil {
-		t.Fatal("insert succeeded while the server was paused")
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+		state := ""
+		for _, line := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(line, "State:") {
+				state = line
+			}
+		}
+		t.Fatalf("insert succeeded while the server (pid %d, %s, %s) was paused", p.Pid(), state, p.Addr)
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("paused insert took %s despite a 500ms deadline", el)
