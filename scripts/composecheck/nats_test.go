@@ -289,6 +289,12 @@ func TestNATSPermissions(t *testing.T) {
 			t.Fatal(err)
 		}
 		c["gateway"].clean(t, "subscribing to revocations")
+		// auth's replicas listen too (their user caches).
+		own, err := c["auth"].nc.SubscribeSync(prefix + ".auth.revoked")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c["auth"].clean(t, "subscribing to revocations")
 		if err := c["auth"].nc.Publish(prefix+".auth.revoked", []byte(`{"sessions":[],"users":["u1"]}`)); err != nil {
 			t.Fatal(err)
 		}
@@ -297,6 +303,10 @@ func TestNATSPermissions(t *testing.T) {
 			t.Fatalf("gateway did not receive auth's revocation: %v", err)
 		}
 		_ = sub.Unsubscribe()
+		if m, err := own.NextMsg(3 * time.Second); err != nil || !strings.Contains(string(m.Data), "u1") {
+			t.Fatalf("auth did not receive its own revocation: %v", err)
+		}
+		_ = own.Unsubscribe()
 	})
 
 	// What the stream's owner may do, nobody else may.
@@ -332,7 +342,7 @@ func TestNATSPermissions(t *testing.T) {
 			if user != "auth" {
 				cl.refusePublish(t, prefix+".auth.revoked") // only auth ends sessions
 			}
-			if user != "gateway" {
+			if user != "gateway" && user != "auth" {
 				cl.refuseSubscribe(t, prefix+".auth.revoked")
 			}
 		})

@@ -135,6 +135,14 @@ type Revocation struct {
 	Users    []string `json:"users"`
 }
 
+// UserCache keeps users read by id (services/auth/internal/usercache). Get
+// serves a cached user only when that is exact (its fence passed), else
+// calls load; Invalidate drops users after a write.
+type UserCache interface {
+	Get(ctx context.Context, id string, load func(context.Context, string) (User, error)) (User, error)
+	Invalidate(ids ...string)
+}
+
 // Publisher announces revocations. It must not fail the request: gateways
 // also expire their caches quickly.
 type Publisher interface {

@@ -124,17 +124,21 @@ func (s *Service) UpdateUser(ctx context.Context, actorID, id string, p AdminPat
 	}
 	u, err := s.users.Update(ctx, id, up, s.now())
 	if err != nil {
+		s.userWriteFailed(ctx, id, err)
 		return User{}, err
 	}
+	// The user changed: every cache learns it before the answer, whatever
+	// fails below.
 	rev := Revocation{Users: []string{u.ID}}
 	if up.PasswordHash != nil {
 		ended, err := s.sessions.DeleteByUser(ctx, u.ID, "")
+		rev.Sessions = ended
 		if err != nil {
+			s.revoke(ctx, rev)
 			return User{}, err
 		}
-		rev.Sessions = ended
 	}
-	s.pub.Revoked(ctx, rev)
+	s.revoke(ctx, rev)
 	return u, nil
 }
 
@@ -148,10 +152,11 @@ func (s *Service) DeleteUser(ctx context.Context, actorID, id string) error {
 		return err
 	}
 	if err := s.users.Delete(ctx, u.ID); err != nil {
+		s.userWriteFailed(ctx, u.ID, err)
 		return err
 	}
 	ended, err := s.sessions.DeleteByUser(ctx, u.ID, "")
-	s.pub.Revoked(ctx, Revocation{Sessions: ended, Users: []string{u.ID}})
+	s.revoke(ctx, Revocation{Sessions: ended, Users: []string{u.ID}})
 	return err
 }
 

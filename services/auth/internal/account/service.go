@@ -30,6 +30,7 @@ type Service struct {
 	throttle ThrottleStore
 	hasher   *password.Hasher
 	pub      Publisher
+	cache    UserCache // nil: every read goes to the store
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
@@ -44,6 +45,40 @@ func NewService(users UserStore, sessions SessionStore, throttle ThrottleStore, 
 		cfg.ThrottleForget = 24 * time.Hour
 	}
 	return &Service{users: users, sessions: sessions, throttle: throttle, hasher: hasher, pub: pub, cfg: cfg, log: log, now: now}
+}
+
+// SetUserCache makes GET /me and session resolution read users through c.
+// Every write that changes a user invalidates it in c and, through the
+// Publisher, in every other replica's cache. Set it before serving.
+func (s *Service) SetUserCache(c UserCache) { s.cache = c }
+
+// userByID reads a user for showing or for identity, through the cache.
+// Never use it to verify a password: cached users carry no hash.
+func (s *Service) userByID(ctx context.Context, id string) (User, error) {
+	if s.cache == nil {
+		return s.users.ByID(ctx, id)
+	}
+	return s.cache.Get(ctx, id, s.users.ByID)
+}
+
+// revoke announces r: first in this replica's user cache, then on NATS
+// (flushed before it returns), so every replica's fence sees it before the
+// request that made the change is answered.
+func (s *Service) revoke(ctx context.Context, r Revocation) {
+	if s.cache != nil {
+		s.cache.Invalidate(r.Users...)
+	}
+	s.pub.Revoked(ctx, r)
+}
+
+// userWriteFailed announces a user change whose outcome is unknown (the
+// store failed in a way that may still have applied it): caches must not
+// keep the old user.
+func (s *Service) userWriteFailed(ctx context.Context, id string, err error) {
+	if errors.Is(err, ErrUserNotFound) || errors.Is(err, ErrEmailTaken) {
+		return // nothing changed
+	}
+	s.revoke(ctx, Revocation{Users: []string{id}})
 }
 
 // now is UTC truncated to milliseconds, the precision MongoDB keeps, so that
@@ -253,7 +288,7 @@ func (s *Service) Resolve(ctx context.Context, secret string) (User, Session, er
 		}
 		sess.LastSeenAt = t
 	}
-	u, err := s.users.ByID(ctx, sess.UserID)
+	u, err := s.userByID(ctx, sess.UserID)
 	if errors.Is(err, ErrUserNotFound) {
 		return User{}, Session{}, ErrInvalidSession
 	}
@@ -261,8 +296,9 @@ func (s *Service) Resolve(ctx context.Context, secret string) (User, Session, er
 }
 
 // Me returns the signed-in user; ErrUserGone if the account was deleted.
+// It may come from the user cache (without its password hash).
 func (s *Service) Me(ctx context.Context, userID string) (User, error) {
-	u, err := s.users.ByID(ctx, userID)
+	u, err := s.userByID(ctx, userID)
 	if errors.Is(err, ErrUserNotFound) {
 		return User{}, ErrUserGone
 	}
@@ -315,7 +351,11 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 			return User{}, nil, ErrWrongPassword
 		}
 	}
-	u, err := s.Me(ctx, c.UserID)
+	// From the store, not the cache: the password hash is needed.
+	u, err := s.users.ByID(ctx, c.UserID)
+	if errors.Is(err, ErrUserNotFound) {
+		return User{}, nil, ErrUserGone
+	}
 	if err != nil {
 		return User{}, nil, err
 	}
@@ -344,29 +384,34 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 		}
 		up.PasswordHash = &h
 	}
-	u, err = s.users.Update(ctx, u.ID, up, s.now())
-	if errors.Is(err, ErrUserNotFound) {
-		return User{}, nil, ErrUserGone
-	}
+	id := u.ID
+	u, err = s.users.Update(ctx, id, up, s.now())
 	if err != nil {
+		s.userWriteFailed(ctx, id, err)
+		if errors.Is(err, ErrUserNotFound) {
+			return User{}, nil, ErrUserGone
+		}
 		return User{}, nil, err
 	}
+	// The user changed: every cache (this replica's, the other replicas',
+	// the gateways') learns it before the answer, whatever fails below.
 	rev := Revocation{Users: []string{u.ID}}
 	var ns *NewSession
 	if up.PasswordHash != nil {
 		ended, err := s.sessions.DeleteByUser(ctx, u.ID, "")
+		rev.Sessions = ended
 		if err != nil {
+			s.revoke(ctx, rev)
 			return User{}, nil, err
 		}
-		rev.Sessions = ended
 		secret, sess, err := s.newSession(ctx, u.ID, c.Client)
 		if err != nil {
-			s.pub.Revoked(ctx, rev)
+			s.revoke(ctx, rev)
 			return User{}, nil, err
 		}
 		ns = &NewSession{Secret: secret, Session: sess}
 	}
-	s.pub.Revoked(ctx, rev)
+	s.revoke(ctx, rev)
 	return u, ns, nil
 }
 
@@ -443,7 +488,7 @@ func (s *Service) EndSession(ctx context.Context, userID, publicID string) error
 	if err := s.sessions.Delete(ctx, sess.ID); err != nil {
 		return err
 	}
-	s.pub.Revoked(ctx, Revocation{Sessions: []string{sess.ID}})
+	s.revoke(ctx, Revocation{Sessions: []string{sess.ID}})
 	return nil
 }
 
@@ -464,7 +509,7 @@ func (s *Service) EndOtherSessions(ctx context.Context, c Caller) (int, error) {
 		return 0, err
 	}
 	if len(ended) > 0 {
-		s.pub.Revoked(ctx, Revocation{Sessions: ended})
+		s.revoke(ctx, Revocation{Sessions: ended})
 	}
 	return len(ended), nil
 }

@@ -21,12 +21,14 @@ import (
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/mongox"
+	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/auth/internal/account"
 	"github.com/acme/platform/services/auth/internal/httpapi"
 	"github.com/acme/platform/services/auth/internal/mongostore"
 	"github.com/acme/platform/services/auth/internal/password"
 	"github.com/acme/platform/services/auth/internal/revocation"
+	"github.com/acme/platform/services/auth/internal/usercache"
 	"github.com/nats-io/nats.go"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -56,6 +58,8 @@ type Config struct {
 	ReadTimeout     time.Duration // one request's headers and body
 	IdleTimeout     time.Duration // an idle keep-alive connection
 	MetricsInterval time.Duration
+	UserCacheTTL    time.Duration // 0 disables the user cache
+	UserCacheSize   int
 }
 
 // LoadConfig reads the configuration; see README.md for the table.
@@ -108,6 +112,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	c.ReadTimeout = r.Duration("READ_TIMEOUT", 60*time.Second)
 	c.IdleTimeout = r.Duration("IDLE_TIMEOUT", 90*time.Second)
 	c.MetricsInterval = r.Duration("METRICS_INTERVAL", 30*time.Second)
+	c.UserCacheTTL = r.Duration("USER_CACHE_TTL", 30*time.Second)
+	c.UserCacheSize = r.Int("USER_CACHE_SIZE", 10000)
 	if err := r.Err(); err != nil {
 		return c, r, err
 	}
@@ -141,6 +147,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 || c.MongoTimeout <= 0 || c.MetricsInterval <= 0 || c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
 		problems = append(problems, "AUTH_REQUEST_TIMEOUT, AUTH_SHUTDOWN_TIMEOUT, AUTH_MONGO_SELECT_TIMEOUT, AUTH_METRICS_INTERVAL, AUTH_READ_TIMEOUT and AUTH_IDLE_TIMEOUT must be positive")
+	}
+	if c.UserCacheTTL < 0 || c.UserCacheSize < 1 {
+		problems = append(problems, "AUTH_USER_CACHE_TTL must not be negative and AUTH_USER_CACHE_SIZE must be at least 1")
 	}
 	if len(problems) > 0 {
 		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
@@ -217,6 +226,23 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 	svc := account.NewService(mongostore.NewUsers(db), mongostore.NewSessions(db), mongostore.NewThrottle(db),
 		hasher, revocation.NewPublisher(nc, cfg.SubjectPrefix, log), cfg.Account, log)
+
+	// Users read by GET /me and /ms/me are cached (AUTH_USER_CACHE_TTL).
+	// Every replica applies the revocations auth publishes (they name every
+	// changed user) and serves a cached user only after a NATS round trip
+	// begun after the request arrived (pkg/natsfence), so a change through
+	// any replica is seen by every replica on the next request. Without
+	// NATS the fence fails and the database is read.
+	if cfg.UserCacheTTL > 0 {
+		users := usercache.New(cfg.UserCacheTTL, cfg.UserCacheSize, nil)
+		fence, err := natsfence.New(nc, revocation.Subject(cfg.SubjectPrefix), users.Apply(log), users.Clear, log)
+		if err != nil {
+			return fmt.Errorf("nats subscribe: %w", err)
+		}
+		defer fence.Close()
+		users.SetFence(fence.Sync)
+		svc.SetUserCache(users)
+	}
 
 	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	created, generated, err := svc.EnsureAdmin(bctx, cfg.AdminEmail, cfg.AdminPassword)

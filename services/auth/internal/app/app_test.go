@@ -337,7 +337,13 @@ func TestMongoDown503(t *testing.T) {
 	stopped = true
 	_ = os.RemoveAll(dir)
 
-	r := h.do(req{method: "GET", path: "/me", token: tok})
+	// A user read before (in the user cache, which the fence still
+	// vouches for: nothing can change a user without MongoDB) is served;
+	// one that must be read from MongoDB is 503.
+	want(t, h.do(req{method: "GET", path: "/me", token: tok}), 200, "")
+	r := h.do(req{method: "GET", path: "/me", token: h.token("6b06a5223c75665b77abff9c", "user", "x")})
+	want(t, r, 503, "")
+	r = h.do(req{method: "GET", path: "/me/sessions", token: tok})
 	want(t, r, 503, "")
 	r = h.do(req{method: "POST", path: "/signin", token: h.anonToken(), body: map[string]string{"email": adminEmail, "password": adminPassword}})
 	want(t, r, 503, "")

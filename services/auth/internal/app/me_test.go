@@ -177,10 +177,22 @@ func TestMe(t *testing.T) {
 	want(t, h.do(req{method: "GET", path: "/me", token: h.anonToken()}), 401, "unauthenticated")
 	want(t, h.do(req{method: "GET", path: "/me"}), 401, "identity_required")
 
-	if _, err := h.db.Collection("users").DeleteOne(context.Background(), bson.M{"_id": mustOID(t, id)}); err != nil {
+	// Deleted (through the service, which announces it to every replica's
+	// user cache): 401 on the next request.
+	want(t, h.do(req{method: "DELETE", path: "/users/" + id, token: admin}), 200, "")
+	want(t, h.do(req{method: "GET", path: "/me", token: tok}), 401, "unauthenticated")
+
+	// Without the user cache, even a deletion behind the service's back is
+	// seen at once.
+	h0 := newHarness(t, map[string]string{"AUTH_USER_CACHE_TTL": "0s"})
+	admin0 := h0.adminToken()
+	id0 := h0.createUser(admin0, "dave@example.com", "dave-password")
+	tok0, _ := h0.tokenFor(h0.signIn("dave@example.com", "dave-password"))
+	want(t, h0.do(req{method: "GET", path: "/me", token: tok0}), 200, "")
+	if _, err := h0.db.Collection("users").DeleteOne(context.Background(), bson.M{"_id": mustOID(t, id0)}); err != nil {
 		t.Fatal(err)
 	}
-	want(t, h.do(req{method: "GET", path: "/me", token: tok}), 401, "unauthenticated")
+	want(t, h0.do(req{method: "GET", path: "/me", token: tok0}), 401, "unauthenticated")
 }
 
 func TestPatchMe(t *testing.T) {
