@@ -44,6 +44,7 @@ func prepare() error {
 		return err
 	}
 	fmt.Printf("containers: docker ready in %s (images tagged %s)\n", time.Since(t0).Round(time.Second), version)
+	fmt.Printf("| %-58s | %s |\n|---|---|\n", "what", "figures")
 	return nil
 }
 
