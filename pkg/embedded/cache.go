@@ -7,12 +7,12 @@ import (
 	"syscall"
 )
 
-// cachedBinary returns bin, building it first if it is not there: under an
+// CachedBinary returns bin, building it first if it is not there: under an
 // exclusive lock on bin+".lock", so that concurrent callers in this and
 // other processes (parallel test binaries) wait for one build; build writes
 // the program to the temporary path it is given, which is then renamed to
 // bin, so nobody ever sees a half-written binary.
-func cachedBinary(bin string, build func(out string) error) (string, error) {
+func CachedBinary(bin string, build func(out string) error) (string, error) {
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
 		return bin, nil
 	}

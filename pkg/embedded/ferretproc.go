@@ -56,7 +56,7 @@ func FerretDBBinary(ctx context.Context, progress io.Writer) (string, error) {
 	}
 	dir := CacheDir()
 	bin := filepath.Join(dir, "ferretdb-"+FerretDBVersion()+"-p"+FerretDBProgramVersion)
-	return cachedBinary(bin, func(out string) error {
+	return CachedBinary(bin, func(out string) error {
 		src, err := ferretDBSource()
 		if err != nil {
 			return err
@@ -93,7 +93,7 @@ func FerretDBBinary(ctx context.Context, progress io.Writer) (string, error) {
 // use FerretDBBinary.
 func FerretDBServerBinary(ctx context.Context, progress io.Writer) (string, error) {
 	bin := filepath.Join(CacheDir(), "ferretdb-server-"+FerretDBVersion())
-	return cachedBinary(bin, func(out string) error {
+	return CachedBinary(bin, func(out string) error {
 		src, err := ferretDBSource()
 		if err != nil {
 			return err

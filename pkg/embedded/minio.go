@@ -40,7 +40,7 @@ func MinIOBinary(ctx context.Context, progress io.Writer) (string, error) {
 		return p, nil
 	}
 	dir := filepath.Join(CacheDir(), "minio-"+MinIOVersion)
-	return cachedBinary(filepath.Join(dir, "minio"), func(out string) error {
+	return CachedBinary(filepath.Join(dir, "minio"), func(out string) error {
 		if progress != nil {
 			fmt.Fprintf(progress, "building MinIO %s once into %s (takes a few minutes the first time)...\n", MinIOVersion, dir)
 		}

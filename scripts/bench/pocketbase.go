@@ -30,50 +30,28 @@ const (
 
 // pocketBaseBinary returns the path of the pinned PocketBase program,
 // building it once (a minute or two) into the cache next to MinIO's;
-// $POCKETBASE_BINARY overrides. Same scheme as pkg/embedded's binaries: an
-// exclusive lock for the build, written under a temporary name, renamed.
+// $POCKETBASE_BINARY overrides. Built like pkg/embedded's binaries
+// (embedded.CachedBinary: one build under a lock, never half-written).
 func pocketBaseBinary(ctx context.Context, progress io.Writer) (string, error) {
 	if p := os.Getenv("POCKETBASE_BINARY"); p != "" {
 		return p, nil
 	}
 	dir := filepath.Join(embedded.CacheDir(), "pocketbase-"+pocketBaseVersion)
-	bin := filepath.Join(dir, "pocketbase")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // built while this caller waited
-	}
-	fmt.Fprintf(progress, "building PocketBase %s once into %s (a minute or two the first time)...\n", pocketBaseVersion, dir)
-	tmp, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", pocketBaseModule+"/examples/base@"+pocketBaseVersion)
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building pocketbase: %w\n%s", err, b)
-	}
-	out := fmt.Sprintf("%s.tmp-%d", bin, os.Getpid())
-	defer os.Remove(out)
-	if err := os.Rename(filepath.Join(tmp, "base"), out); err != nil {
-		return "", err
-	}
-	return bin, os.Rename(out, bin)
+	return embedded.CachedBinary(filepath.Join(dir, "pocketbase"), func(out string) error {
+		fmt.Fprintf(progress, "building PocketBase %s once into %s (a minute or two the first time)...\n", pocketBaseVersion, dir)
+		tmp, err := os.MkdirTemp(dir, "build-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", pocketBaseModule+"/examples/base@"+pocketBaseVersion)
+		cmd.Dir = tmp
+		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building pocketbase: %w\n%s", err, b)
+		}
+		return os.Rename(filepath.Join(tmp, "base"), out)
+	})
 }
 
 // pocketBase is a running `pocketbase serve`.
