@@ -302,7 +302,7 @@ func benchPocketBase(e *env) error {
 	platSample := func() cpuSample { return sampleChildren(os.Getpid(), names, map[int]bool{pb.Pid(): true}) }
 	order := []string{"gateway", "auth", "files", "logs"}
 	fmt.Fprintf(e.out, "  PocketBase %s on %s (pid %d); the platform's processes: %s\n", pocketBaseVersion, pb.URL, pb.Pid(), strings.Join(sortedKeys(platSample()), ", "))
-	fmt.Fprintln(e.out, "  NATS runs inside the bench process with the load generator: its CPU is not counted (it carries only session revocations, which neither GET /me nor sign-in publishes); the bench process's own CPU per request is shown apart")
+	fmt.Fprintln(e.out, "  NATS runs inside the bench process with the load generator: its CPU is not counted, though every cached GET /me costs it the gateway's and auth's fence round trips; the bench process's own CPU per request (load generator and NATS) is shown apart, an upper bound of what NATS adds")
 	if os.Getenv("MONGO_URL") != "" {
 		fmt.Fprintln(e.out, "  MONGO_URL is set: the platform's MongoDB server is not a child of the bench, its CPU is not counted")
 	}
