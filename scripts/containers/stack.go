@@ -265,6 +265,34 @@ func (s *Stack) Containers(ctx context.Context, services ...string) ([]Container
 	return cs, nil
 }
 
+// WaitHealthy waits until every running container of the project that has
+// a healthcheck reports healthy, and returns how long that took. Docker
+// marks a container unhealthy after consecutive failed checks (a service
+// whose database or bus was away) and healthy again at its next passing
+// check, up to one interval later.
+func (s *Stack) WaitHealthy(ctx context.Context, max time.Duration) (time.Duration, error) {
+	t0 := time.Now()
+	for {
+		cs, err := s.Containers(ctx)
+		if err != nil {
+			return 0, err
+		}
+		var waiting []string
+		for _, c := range cs {
+			if c.Running && c.Health != "" && c.Health != "healthy" {
+				waiting = append(waiting, c.Name+" "+c.Health)
+			}
+		}
+		if len(waiting) == 0 {
+			return time.Since(t0), nil
+		}
+		if time.Since(t0) > max {
+			return 0, fmt.Errorf("not healthy after %s: %s", max, strings.Join(waiting, ", "))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // RunProbe runs the stackprobe tool (cmd/stackprobe) in a throw-away
 // container on the project's network with the given environment, and
 // returns its output.
