@@ -25,7 +25,6 @@ import (
 	"io"
 	"io/fs"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -305,24 +304,6 @@ func (s *Stack) RunProbe(ctx context.Context, network string, env map[string]str
 	cmd := exec.CommandContext(ctx, "docker", append(full, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-// WaitHTTP polls url until it answers want or the deadline passes.
-func WaitHTTP(ctx context.Context, url string, want int) error {
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s never answered %d: %v", url, want, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // SourceVersion is a tag for the acme/* images made of a hash of everything
