@@ -165,6 +165,18 @@ func fast(d *dns, reg prometheus.Registerer) Options {
 	return o
 }
 
+// readyGroup starts n backends on their own loopback addresses, lists
+// them all under svc.test, and returns the Group once every one is ready.
+func readyGroup(t *testing.T, n int, reg prometheus.Registerer) ([]*backend, *dns, *Group) {
+	t.Helper()
+	bs := startBackends(t, n)
+	d := &dns{}
+	d.set(ips(bs)...)
+	g := newGroup(t, []string{"http://svc.test:" + bs[0].port}, fast(d, reg))
+	waitFor(t, "every address is ready", allIn(g, "ready", bs...))
+	return bs, d, g
+}
+
 func newGroup(t *testing.T, urls []string, o Options) *Group {
 	t.Helper()
 	g, err := New("svc", urls, o)
@@ -236,11 +248,7 @@ func resetHits(bs []*backend) {
 // Each of three replicas behind one name gets its share, and the request
 // carries the configured Host, not the address.
 func TestSpreadsOverEveryAddress(t *testing.T) {
-	bs := startBackends(t, 3)
-	d := &dns{}
-	d.set(ips(bs)...)
-	g := newGroup(t, []string{"http://svc.test:" + bs[0].port}, fast(d, nil))
-	waitFor(t, "every address is ready", allIn(g, "ready", bs...))
+	bs, _, g := readyGroup(t, 3, nil)
 	for range 300 {
 		status, body, err := get(t, g, "/x")
 		if err != nil || status != 200 {
@@ -261,11 +269,7 @@ func TestSpreadsOverEveryAddress(t *testing.T) {
 // goes to a replica with none, so three held requests land on three
 // different replicas.
 func TestLeastOutstandingRequests(t *testing.T) {
-	bs := startBackends(t, 3)
-	d := &dns{}
-	d.set(ips(bs)...)
-	g := newGroup(t, []string{"http://svc.test:" + bs[0].port}, fast(d, nil))
-	waitFor(t, "every address is ready", allIn(g, "ready", bs...))
+	bs, _, g := readyGroup(t, 3, nil)
 	var wg sync.WaitGroup
 	seen := map[string]bool{}
 	for i := range 3 {
@@ -350,12 +354,8 @@ func TestNewAddressInDNSGetsTraffic(t *testing.T) {
 
 // A replica dropped from DNS gets nothing more, and its metric series go.
 func TestAddressRemovedFromDNSStopsGettingTraffic(t *testing.T) {
-	bs := startBackends(t, 3)
-	d := &dns{}
-	d.set(ips(bs)...)
 	reg := prometheus.NewRegistry()
-	g := newGroup(t, []string{"http://svc.test:" + bs[0].port}, fast(d, reg))
-	waitFor(t, "every address is ready", allIn(g, "ready", bs...))
+	bs, d, g := readyGroup(t, 3, reg)
 	d.set(bs[0].ip, bs[2].ip)
 	waitFor(t, "the address is dropped", func() bool { _, ok := states(g)[bs[1].addr()]; return !ok })
 	resetHits(bs)
@@ -389,12 +389,8 @@ func TestAddressRemovedFromDNSStopsGettingTraffic(t *testing.T) {
 // A replica killed while listed (refused connections) gets no more
 // traffic, and no GET fails: the one sent to it is sent again elsewhere.
 func TestClosedReplicaNoFailedGET(t *testing.T) {
-	bs := startBackends(t, 3)
-	d := &dns{}
-	d.set(ips(bs)...)
 	reg := prometheus.NewRegistry()
-	g := newGroup(t, []string{"http://svc.test:" + bs[0].port}, fast(d, reg))
-	waitFor(t, "every address is ready", allIn(g, "ready", bs...))
+	bs, _, g := readyGroup(t, 3, reg)
 	for range 6 {
 		get(t, g, "/x") // keep-alive connections to each
 	}
@@ -532,12 +528,8 @@ func TestGetWithReplayableBodyRetried(t *testing.T) {
 // A replica failing its readiness probe gets no new requests while others
 // pass, and gets them again once it passes.
 func TestProbeFailureEjectsAndRecovery(t *testing.T) {
-	bs := startBackends(t, 3)
-	d := &dns{}
-	d.set(ips(bs)...)
 	reg := prometheus.NewRegistry()
-	g := newGroup(t, []string{"http://svc.test:" + bs[0].port}, fast(d, reg))
-	waitFor(t, "every address is ready", allIn(g, "ready", bs...))
+	bs, _, g := readyGroup(t, 3, reg)
 	bs[2].notReady.Store(true)
 	waitFor(t, "the failing replica is not ready", allIn(g, "not ready", bs[2]))
 	if v, _ := scrape(t, reg).Sum("acme_gateway_upstream_healthy", "address", bs[2].addr()); v != 0 {
