@@ -1,9 +1,12 @@
 package embedded
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -40,4 +43,33 @@ func CachedBinary(bin string, build func(out string) error) (string, error) {
 		return "", err
 	}
 	return bin, nil
+}
+
+// GoInstall is a build function for CachedBinary: `go install pkg@version`
+// (static, trimmed, outside any workspace) into a temporary GOBIN beside
+// out, then the program renamed to out.
+func GoInstall(ctx context.Context, pkg, version, out string) error {
+	tmp, err := os.MkdirTemp(filepath.Dir(out), "build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", pkg+"@"+version)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s@%s: %w\n%s", pkg, version, err, b)
+	}
+	return os.Rename(filepath.Join(tmp, programName(pkg)), out)
+}
+
+// programName is the file name go install gives pkg's program: its last
+// path element, or the one before a major version suffix (/v2).
+func programName(pkg string) string {
+	parts := strings.Split(pkg, "/")
+	name := parts[len(parts)-1]
+	if len(parts) > 1 && len(name) > 1 && name[0] == 'v' && strings.Trim(name[1:], "0123456789") == "" {
+		name = parts[len(parts)-2]
+	}
+	return name
 }

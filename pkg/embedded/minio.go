@@ -44,18 +44,7 @@ func MinIOBinary(ctx context.Context, progress io.Writer) (string, error) {
 		if progress != nil {
 			fmt.Fprintf(progress, "building MinIO %s once into %s (takes a few minutes the first time)...\n", MinIOVersion, dir)
 		}
-		tmp, err := os.MkdirTemp(dir, "build-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", MinIOModule+"@"+MinIOVersion)
-		cmd.Dir = tmp
-		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building minio: %w\n%s", err, b)
-		}
-		return os.Rename(filepath.Join(tmp, "minio"), out)
+		return GoInstall(ctx, MinIOModule, MinIOVersion, out)
 	})
 }
 

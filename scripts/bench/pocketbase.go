@@ -39,18 +39,7 @@ func pocketBaseBinary(ctx context.Context, progress io.Writer) (string, error) {
 	dir := filepath.Join(embedded.CacheDir(), "pocketbase-"+pocketBaseVersion)
 	return embedded.CachedBinary(filepath.Join(dir, "pocketbase"), func(out string) error {
 		fmt.Fprintf(progress, "building PocketBase %s once into %s (a minute or two the first time)...\n", pocketBaseVersion, dir)
-		tmp, err := os.MkdirTemp(dir, "build-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", pocketBaseModule+"/examples/base@"+pocketBaseVersion)
-		cmd.Dir = tmp
-		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building pocketbase: %w\n%s", err, b)
-		}
-		return os.Rename(filepath.Join(tmp, "base"), out)
+		return embedded.GoInstall(ctx, pocketBaseModule+"/examples/base", pocketBaseVersion, out)
 	})
 }
 
