@@ -292,6 +292,45 @@ func TestStack(t *testing.T) {
 		}
 	})
 
+	// GET /me is answered by the gateway from its session entry (and auth
+	// reads users through its own cache): a change made through one gateway
+	// and one auth replica shows on the very next GET /me through the other
+	// gateway, which had just cached the old answer. No sleep anywhere.
+	t.Run("user changes seen at once through the other gateway", func(t *testing.T) {
+		for i := range 20 {
+			from, to := gwA, gwB
+			if i%2 == 1 {
+				from, to = gwB, gwA
+			}
+			c := signIn(t, from, "user1@example.com", "correct horse battery")
+			there := withCookie(to, c.cookie())
+			for range 3 {
+				there.mustStatus(200, "GET", "/me", nil)
+			}
+			name := fmt.Sprintf("User One, edit %d", i)
+			c.mustStatus(200, "PATCH", "/me", map[string]any{"fullName": name})
+			if got := there.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)["fullName"]; got != name {
+				t.Fatalf("round %d: fullName through the other gateway right after the edit: %v, want %q", i, got, name)
+			}
+		}
+		// An administrator's change of role, through the other gateway.
+		c := signIn(t, gwA, "user2@example.com", "correct horse battery")
+		there := withCookie(gwB, c.cookie())
+		me := there.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)
+		id, _ := me["id"].(string)
+		if me["roleName"] != "user" {
+			t.Fatalf("before: %v", me)
+		}
+		admin.mustStatus(200, "PATCH", "/users/"+id, map[string]any{"roleName": "admin"})
+		if got := there.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)["roleName"]; got != "admin" {
+			t.Fatalf("role through the other gateway right after the change: %v", got)
+		}
+		admin.mustStatus(200, "PATCH", "/users/"+id, map[string]any{"roleName": "user"})
+		if got := c.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)["roleName"]; got != "user" {
+			t.Fatalf("role back: %v", got)
+		}
+	})
+
 	// Signing out through one gateway is refused by the other on the very
 	// next request, although that gateway has just used (and cached) the
 	// session. No sleep anywhere: "at once".

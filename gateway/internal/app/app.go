@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,7 @@ import (
 type Config struct {
 	Addr           string
 	MetricsAddr    string // "" when off
+	Pprof          bool   // Go's profiles at /debug/pprof/ on the metrics listener
 	AuthURLs       []string
 	FilesURLs      []string
 	LogsURLs       []string
@@ -63,6 +65,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	c := Config{
 		Addr:            r.Own("ADDR", "127.0.0.1:8080"),
 		MetricsAddr:     r.Own("METRICS_ADDR", "127.0.0.1:9090"),
+		Pprof:           r.Bool("PPROF", false),
 		AuthURLs:        r.List("AUTH_URL", "http://127.0.0.1:8081"),
 		FilesURLs:       r.List("FILES_URL", "http://127.0.0.1:8082"),
 		LogsURLs:        r.List("LOGS_URL", "http://127.0.0.1:8083"),
@@ -248,6 +251,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		}
 		mmux := http.NewServeMux()
 		mmux.Handle("GET "+web.MetricsPath, metrics.Handler(reg))
+		if cfg.Pprof {
+			// CPU, heap and goroutine profiles for `go tool pprof`, on the
+			// private listener only (docs/operations.md, "Profiling").
+			mmux.HandleFunc("/debug/pprof/", pprof.Index)
+			mmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		msrv = &http.Server{Handler: mmux, ReadHeaderTimeout: cfg.ReadHeader, IdleTimeout: cfg.Idle,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() {

@@ -28,7 +28,12 @@ type Identity struct {
 	Role      string
 	SessionID string // public id
 	Hash      string // the cookie's hash, the key auth and revocations use
-	expires   time.Time
+	// Me is auth's answer to GET /me for this session, built from the
+	// user document /ms/me returned (the same User, the same message), so
+	// the gateway answers GET /me itself while the entry is trusted (see
+	// proxy). Nil when /ms/me's answer could not be re-encoded.
+	Me      []byte
+	expires time.Time
 }
 
 // Errors of Resolve.
@@ -137,13 +142,22 @@ func (r *Resolver) Resolve(ctx context.Context, sessionID string) (Identity, err
 }
 
 type msMeAnswer struct {
-	User struct {
-		ID       string `json:"id"`
-		RoleName string `json:"roleName"`
-	} `json:"user"`
+	Message string          `json:"message"`
+	User    json.RawMessage `json:"user"`
 	Session struct {
 		ID string `json:"id"`
 	} `json:"session"`
+}
+
+type msMeUser struct {
+	ID       string `json:"id"`
+	RoleName string `json:"roleName"`
+}
+
+// meAnswer is GET /me's body: auth's message and user, as auth sends them.
+type meAnswer struct {
+	Message string          `json:"message"`
+	User    json.RawMessage `json:"user"`
 }
 
 func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) {
@@ -164,10 +178,16 @@ func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) 
 	switch resp.StatusCode {
 	case http.StatusOK:
 		var a msMeAnswer
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil || a.User.ID == "" {
+		var u msMeUser
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil ||
+			json.Unmarshal(a.User, &u) != nil || u.ID == "" {
 			return Identity{}, fmt.Errorf("%w: bad /ms/me answer", ErrUnavailable)
 		}
-		return Identity{UserID: a.User.ID, Role: a.User.RoleName, SessionID: a.Session.ID, Hash: Hash(sessionID)}, nil
+		id := Identity{UserID: u.ID, Role: u.RoleName, SessionID: a.Session.ID, Hash: Hash(sessionID)}
+		if me, err := json.Marshal(meAnswer{Message: a.Message, User: a.User}); err == nil {
+			id.Me = me
+		}
+		return id, nil
 	case http.StatusUnauthorized, http.StatusNotFound, http.StatusBadRequest:
 		var e struct {
 			Code string `json:"code"`
