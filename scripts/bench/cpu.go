@@ -149,3 +149,24 @@ func (s cpuSample) perRequest(requests int, order []string) (string, float64) {
 	}
 	return str + " µs", us(total)
 }
+
+// platformCPU returns a sampler of the CPU ticks of the platform's
+// processes (the bench's children: services by name, servers by program),
+// leaving out the processes in skip.
+func platformCPU(e *env, skip ...int) func() cpuSample {
+	names := map[int]string{}
+	for name, procs := range e.p.Replicas {
+		for i, p := range procs {
+			label := name
+			if len(procs) > 1 {
+				label = fmt.Sprintf("%s-%d", name, i+1)
+			}
+			names[p.Pid()] = label
+		}
+	}
+	skipped := map[int]bool{}
+	for _, pid := range skip {
+		skipped[pid] = true
+	}
+	return func() cpuSample { return sampleChildren(os.Getpid(), names, skipped) }
+}

@@ -277,18 +277,8 @@ func benchPocketBase(e *env) error {
 	// CPU of each stack: PocketBase is one process; the platform is every
 	// other child of this process (gateway, auth, files, logs, FerretDB,
 	// MinIO), each with its descendants. NATS runs inside this process.
-	names := map[int]string{}
-	for name, procs := range e.p.Replicas {
-		for i, p := range procs {
-			label := name
-			if len(procs) > 1 {
-				label = fmt.Sprintf("%s-%d", name, i+1)
-			}
-			names[p.Pid()] = label
-		}
-	}
 	pbSample := func() cpuSample { return samplePid(pb.Pid(), "pocketbase") }
-	platSample := func() cpuSample { return sampleChildren(os.Getpid(), names, map[int]bool{pb.Pid(): true}) }
+	platSample := platformCPU(e, pb.Pid())
 	order := []string{"gateway", "auth", "files", "logs"}
 	fmt.Fprintf(e.out, "  PocketBase %s on %s (pid %d); the platform's processes: %s\n", pocketBaseVersion, pb.URL, pb.Pid(), strings.Join(sortedKeys(platSample()), ", "))
 	fmt.Fprintln(e.out, "  NATS runs inside the bench process with the load generator: its CPU is not counted, though every cached GET /me costs it the gateway's and auth's fence round trips; the bench process's own CPU per request (load generator and NATS) is shown apart, an upper bound of what NATS adds")

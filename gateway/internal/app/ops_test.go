@@ -428,3 +428,28 @@ func TestShutdownDeadline(t *testing.T) {
 		t.Fatal("Run did not return after the grace period")
 	}
 }
+
+// GATEWAY_PPROF adds Go's profiles to the metrics listener only; they are
+// off by default and never on the public port.
+func TestPprofOnlyWhenAskedAndOnlyPrivately(t *testing.T) {
+	up := map[string]http.Handler{"auth": &fakeAuth{}, "files": http.HandlerFunc(echo), "logs": http.HandlerFunc(echo)}
+	status := func(url string) int {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	off := runGateway(t, up, io.Discard, nil)
+	if s := status("http://" + off.metricsAddr + "/debug/pprof/"); s != 404 {
+		t.Fatalf("profiles without GATEWAY_PPROF: %d, want 404", s)
+	}
+	on := runGateway(t, up, io.Discard, map[string]string{"GATEWAY_PPROF": "true"})
+	if s := status("http://" + on.metricsAddr + "/debug/pprof/goroutine?debug=1"); s != 200 {
+		t.Fatalf("profiles with GATEWAY_PPROF: %d, want 200", s)
+	}
+	if s := status(on.url + "/debug/pprof/"); s != 404 {
+		t.Fatalf("profiles on the public port: %d, want 404", s)
+	}
+}
