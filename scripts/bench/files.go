@@ -280,7 +280,7 @@ func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[st
 		}
 		return nil
 	}
-	raw := func(int) error {
+	rawGet := func(int) error {
 		obj, err := mc.GetObject(ctx, rawBucket, "raw-small", minio.GetObjectOptions{})
 		if err != nil {
 			return err
@@ -299,7 +299,7 @@ func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[st
 	var via1, raw1 side
 	for range 3 {
 		via1.rounds = append(via1.rounds, load(ctx, 1, e.seconds/3+time.Second, gw))
-		raw1.rounds = append(raw1.rounds, load(ctx, 1, e.seconds/3+time.Second, raw))
+		raw1.rounds = append(raw1.rounds, load(ctx, 1, e.seconds/3+time.Second, rawGet))
 	}
 	e.report("files", "1 MiB downloads through the gateway, one at a time", via1.String(), "")
 	e.report("files", "1 MiB raw minio-go GetObject, one at a time", raw1.String(), "")
@@ -316,7 +316,7 @@ func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[st
 	cpuVia.add(before, sample())
 	cpuVia.add(selfBefore, self())
 	before, selfBefore = sample(), self()
-	direct := load(ctx, workers, e.seconds, raw)
+	direct := load(ctx, workers, e.seconds, rawGet)
 	cpuDirect.add(before, sample())
 	cpuDirect.add(selfBefore, self())
 	order := []string{"gateway", "files", "ferretdb", "minio", "bench"}
