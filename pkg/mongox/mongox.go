@@ -6,13 +6,31 @@ package mongox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/acme/platform/pkg/web"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
+
+// Every service that talks to MongoDB imports this package: its errors of
+// an unreachable server answer 503 (web.IsUnavailable).
+func init() { web.AddUnavailableCheck(IsUnavailable) }
+
+// IsUnavailable reports whether err means the MongoDB server is out of
+// reach: a network error or timeout, no server selectable, or a client
+// already disconnected.
+func IsUnavailable(err error) bool {
+	if mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
+		return true
+	}
+	var sse topology.ServerSelectionError
+	return errors.As(err, &sse) || errors.Is(err, mongo.ErrClientDisconnected)
+}
 
 // Connect opens a client and pings it until it answers or wait has passed
 // (a service may start before its database). The returned function

@@ -3,14 +3,17 @@ package mongox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/acme/platform/pkg/mongox"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/web"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -63,5 +66,20 @@ func TestConnectGivesUp(t *testing.T) {
 	}
 	if time.Since(start) > 15*time.Second {
 		t.Fatalf("took %s to give up", time.Since(start))
+	}
+}
+
+// Importing mongox teaches web.IsUnavailable the driver's errors of an
+// unreachable server, and nothing else.
+func TestUnavailableErrorsAnswer503(t *testing.T) {
+	for _, err := range []error{topology.ServerSelectionError{}, fmt.Errorf("find: %w", mongo.ErrClientDisconnected)} {
+		if !web.IsUnavailable(err) {
+			t.Errorf("%T %v: not unavailable", err, err)
+		}
+	}
+	for _, err := range []error{mongo.ErrNoDocuments, errors.New("E11000 duplicate key")} {
+		if web.IsUnavailable(err) || mongox.IsUnavailable(err) {
+			t.Errorf("%v: unavailable", err)
+		}
 	}
 }

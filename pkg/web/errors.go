@@ -9,10 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/gofiber/fiber/v2"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 )
 
 // Error is an error with an HTTP status, a stable machine-readable code and a
@@ -58,7 +57,9 @@ var (
 // store, message bus) being out of reach: it becomes a 503.
 var ErrUnavailable = errors.New("dependency unavailable")
 
-// IsUnavailable reports whether err means a dependency is out of reach.
+// IsUnavailable reports whether err means a dependency is out of reach:
+// ErrUnavailable, a deadline, a network error, or what a check added with
+// AddUnavailableCheck recognises (pkg/mongox adds the MongoDB driver's).
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -66,18 +67,32 @@ func IsUnavailable(err error) bool {
 	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	if mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
-		return true
-	}
-	var sse topology.ServerSelectionError
-	if errors.As(err, &sse) {
-		return true
-	}
-	if errors.Is(err, mongo.ErrClientDisconnected) {
-		return true
+	for _, check := range *unavailableChecks.Load() {
+		if check(err) {
+			return true
+		}
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
+}
+
+// unavailableChecks are the dependency-specific checks of IsUnavailable.
+// They live with the client library they know (so a program that never
+// talks to MongoDB, such as the gateway, does not link its driver).
+var unavailableChecks atomic.Pointer[[]func(error) bool]
+
+func init() { unavailableChecks.Store(&[]func(error) bool{}) }
+
+// AddUnavailableCheck adds a check to IsUnavailable; packages call it from
+// their init.
+func AddUnavailableCheck(check func(error) bool) {
+	for {
+		old := unavailableChecks.Load()
+		next := append(append([]func(error) bool{}, *old...), check)
+		if unavailableChecks.CompareAndSwap(old, &next) {
+			return
+		}
+	}
 }
 
 var statusCodes = map[int]string{

@@ -107,8 +107,9 @@ func TestScale(t *testing.T) {
 	})
 
 	t.Run("spread", func(t *testing.T) {
-		// 3,000 authenticated GET /me, counted by each auth replica in its
-		// own access log.
+		// 3,000 authenticated GET /me/sessions (a route the gateway passes to
+		// auth; GET /me it answers from its session entry), counted by each
+		// auth replica in its own access log.
 		cs, err := s.Containers(ctx, "auth")
 		must(t, err)
 		if len(cs) != 3 {
@@ -122,7 +123,7 @@ func TestScale(t *testing.T) {
 		for _, c := range users {
 			wg.Go(func() {
 				for range next {
-					if r, err := c.Do("GET", "/me", nil, nil); err != nil || r.Status != 200 {
+					if r, err := c.Do("GET", "/me/sessions", nil, nil); err != nil || r.Status != 200 {
 						mu.Lock()
 						failed++
 						mu.Unlock()
@@ -142,17 +143,17 @@ func TestScale(t *testing.T) {
 			lines, err := Logs(ctx, c.ID, since)
 			must(t, err)
 			for _, l := range lines {
-				if IsRequest(l.Text, "/me") {
+				if IsRequest(l.Text, "/me/sessions") {
 					counts[c.Name]++
 					total++
 				}
 			}
 		}
 		if failed > 0 {
-			t.Errorf("%d of 3000 GET /me failed", failed)
+			t.Errorf("%d of 3000 GET /me/sessions failed", failed)
 		}
 		if total < 3000 {
-			t.Errorf("the replicas logged %d GET /me, want 3000", total)
+			t.Errorf("the replicas logged %d GET /me/sessions, want 3000", total)
 		}
 		var shares []string
 		for _, c := range cs {
@@ -162,7 +163,7 @@ func TestScale(t *testing.T) {
 				t.Errorf("%s served %d of %d (%.1f%%), want at least 20%%", c.Name, counts[c.Name], total, share*100)
 			}
 		}
-		report("3,000 GET /me: share of each auth replica (its own access log)", strings.Join(shares, " / "))
+		report("3,000 GET /me/sessions: share of each auth replica (its own access log)", strings.Join(shares, " / "))
 	})
 
 	t.Run("killReplicas", func(t *testing.T) {

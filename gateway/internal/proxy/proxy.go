@@ -219,7 +219,7 @@ func New(cfg Config) *Handler {
 			// never sent that long, counted from when the service became
 			// unavailable), or the one tried failed before answering and
 			// the request could not be sent again: 503, never a hang.
-			cfg.Log.WarnContext(r.Context(), "upstream unreachable", "service", svc, "err", err)
+			cfg.Log.WarnContext(r.Context(), "upstream unreachable", "upstream", svc, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "the "+svc+" service is unavailable, try again shortly")
 		},
 	}
@@ -247,7 +247,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Typed attributes: the same line as Info with key-value pairs, without
 	// boxing each value (this runs for every request).
 	h.cfg.Log.LogAttrs(context.Background(), slog.LevelInfo, "request", slog.String("rid", rid),
-		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("service", svc),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("upstream", svc),
 		slog.Int("status", sw.status()), slog.Int64("bytes", sw.bytes), slog.Int64("dur_ms", time.Since(start).Milliseconds()))
 }
 
@@ -386,7 +386,7 @@ func (h *Handler) recheckStream(ctx context.Context, cancel context.CancelFunc, 
 		}
 		id, err := h.cfg.Resolver.Resolve(ctx, sid)
 		if errors.Is(err, sessions.ErrInvalid) || err == nil && (id.UserID != claims.Subject || id.Role != claims.Role) {
-			h.cfg.Log.InfoContext(ctx, "stream ended: the session changed", "service", "gateway")
+			h.cfg.Log.InfoContext(ctx, "stream ended: the session changed")
 			cancel()
 			return
 		}

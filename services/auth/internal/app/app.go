@@ -161,7 +161,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 // the bound address once the server listens.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
 	base := slog.NewJSONHandler(stdout, nil)
-	log := slog.New(base).With("svc", "auth")
+	log := slog.New(base).With("service", "auth")
 	cfg, r, err := LoadConfig(getenv)
 	if err != nil {
 		return err
@@ -212,7 +212,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 
 	// Our own errors also go to the administrators' log store, as ACME-AUTH.
-	log, closeSelfLog, err := logclient.SelfLogger(nc, cfg.SubjectPrefix, base, "ACME-AUTH", "svc", "auth")
+	log, closeSelfLog, err := logclient.SelfLogger(nc, cfg.SubjectPrefix, base, "ACME-AUTH", "service", "auth")
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ type hooks struct {
 
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string), hk hooks) error {
 	base := slog.NewJSONHandler(stdout, nil)
-	log := slog.New(base).With("svc", "files")
+	log := slog.New(base).With("service", "files")
 	cfg, reader, err := LoadConfig(getenv)
 	if err != nil {
 		return err
@@ -135,7 +135,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return fmt.Errorf("nats: %w", err)
 	}
 	defer nc.Close()
-	log, closeSelfLog, err := logclient.SelfLogger(nc, cfg.SubjectPrefix, base, "ACME-S3", "svc", "files")
+	log, closeSelfLog, err := logclient.SelfLogger(nc, cfg.SubjectPrefix, base, "ACME-S3", "service", "files")
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,7 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 // Run starts the service and serves until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error {
 	base := slog.NewJSONHandler(stdout, nil)
-	log := slog.New(base).With("svc", "logs")
+	log := slog.New(base).With("service", "logs")
 	s, r, err := Load(getenv)
 	if err != nil {
 		return err
@@ -189,7 +189,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		if self, err = logclient.New(nc, logclient.Options{Prefix: s.Prefix, MaxBody: s.MaxBody, Logger: log}); err != nil {
 			return err
 		}
-		log = slog.New(logclient.SlogHandler(base, self, "LOGGING")).With("svc", "logs")
+		log = slog.New(logclient.SlogHandler(base, self, "LOGGING")).With("service", "logs")
 	}
 	// Lines logged with a request's context carry its id.
 	log = web.WithRequestIDs(log)
