@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/acme/platform/pkg/failover"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -20,7 +21,10 @@ import (
 
 // Options configure the store.
 type Options struct {
-	Endpoint  string // host:port
+	// Endpoint is host:port, or the nodes of one distributed MinIO
+	// separated by commas: requests then go to whichever node is ready
+	// (pkg/failover), and are signed for the first.
+	Endpoint  string
 	AccessKey string
 	SecretKey string
 	Bucket    string
@@ -38,6 +42,7 @@ type Store struct {
 	core   minio.Core
 	bucket string
 	opts   Options
+	nodes  *failover.Dialer // nil with one endpoint
 }
 
 var _ files.ObjectStore = (*Store)(nil)
@@ -53,15 +58,47 @@ func New(o Options) (*Store, error) {
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 3
 	}
-	c, err := minio.New(o.Endpoint, &minio.Options{
+	endpoints := failover.Split(o.Endpoint)
+	if len(endpoints) == 0 {
+		return nil, errors.New("s3 client: no endpoint")
+	}
+	mo := &minio.Options{
 		Creds:      credentials.NewStaticV4(o.AccessKey, o.SecretKey, ""),
 		Secure:     o.UseTLS,
 		MaxRetries: o.MaxRetries,
-	})
+	}
+	var nodes *failover.Dialer
+	if len(endpoints) > 1 {
+		t, err := minio.DefaultTransport(o.UseTLS)
+		if err != nil {
+			return nil, fmt.Errorf("s3 client: %w", err)
+		}
+		scheme := "http"
+		if o.UseTLS {
+			scheme = "https"
+		}
+		nodes, err = failover.New(endpoints, failover.Options{ProbeURL: scheme + "://%s/minio/health/ready"})
+		if err != nil {
+			return nil, fmt.Errorf("S3 endpoints: %w", err)
+		}
+		t.DialContext = nodes.DialContext
+		mo.Transport = t
+	}
+	c, err := minio.New(endpoints[0], mo)
 	if err != nil {
+		if nodes != nil {
+			nodes.Close()
+		}
 		return nil, fmt.Errorf("s3 client: %w", err)
 	}
-	return &Store{client: c, core: minio.Core{Client: c}, bucket: o.Bucket, opts: o}, nil
+	return &Store{client: c, core: minio.Core{Client: c}, bucket: o.Bucket, opts: o, nodes: nodes}, nil
+}
+
+// Close stops the readiness probes of the nodes (several endpoints).
+func (s *Store) Close() {
+	if s.nodes != nil {
+		s.nodes.Close()
+	}
 }
 
 // Client exposes the minio client (benchmarks compare against it).
