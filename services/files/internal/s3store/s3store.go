@@ -168,8 +168,59 @@ func (s *Store) Get(ctx context.Context, key string, start, end int64) (*files.O
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &files.Object{Body: body, Size: info.Size}, nil
+	r := &resumer{s: s, ctx: ctx, key: key, etag: info.ETag, off: start, end: start + info.Size - 1, body: body}
+	return &files.Object{Body: r, Size: info.Size}, nil
 }
+
+// resumer is an object's body that survives the loss of the server sending
+// it (a MinIO node killed mid-download, another node of the same cluster
+// taking over): when a read fails, it asks again for the bytes not yet
+// read, of the same version of the object (If-Match its ETag), up to
+// resumeTries times per body.
+type resumer struct {
+	s         *Store
+	ctx       context.Context
+	key, etag string
+	off, end  int64 // next byte to read, last byte (inclusive)
+	body      io.ReadCloser
+	tries     int
+}
+
+const resumeTries = 3
+
+func (r *resumer) Read(p []byte) (int, error) {
+	for {
+		n, err := r.body.Read(p)
+		r.off += int64(n)
+		if err != nil && err != io.EOF && r.off > r.end {
+			return n, io.EOF // every byte arrived before the failure
+		}
+		if err == nil || err == io.EOF || n > 0 || r.tries >= resumeTries || r.ctx.Err() != nil {
+			if err != nil && err != io.EOF && n > 0 {
+				err = nil // the bytes first; the next read fails or resumes
+			}
+			return n, err
+		}
+		r.tries++
+		var opts minio.GetObjectOptions
+		if rerr := opts.SetRange(r.off, r.end); rerr != nil {
+			return 0, err
+		}
+		if r.etag != "" {
+			if rerr := opts.SetMatchETag(r.etag); rerr != nil {
+				return 0, err
+			}
+		}
+		body, _, _, gerr := r.s.core.GetObject(r.ctx, r.s.bucket, r.key, opts)
+		if gerr != nil {
+			return 0, fmt.Errorf("%w (resuming at byte %d: %v)", err, r.off, gerr)
+		}
+		r.body.Close()
+		r.body = body
+	}
+}
+
+func (r *resumer) Close() error { return r.body.Close() }
 
 // Remove deletes key; a missing key is not an error.
 func (s *Store) Remove(ctx context.Context, key string) error {

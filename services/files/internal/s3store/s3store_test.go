@@ -131,3 +131,85 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 		t.Fatalf("ping: %v", err)
 	}
 }
+
+// brokenBody yields n bytes of the real body, then fails the way a
+// connection to a server that died does.
+type brokenBody struct {
+	io.ReadCloser
+	n int
+}
+
+func (b *brokenBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if len(p) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.n -= n
+	return n, err
+}
+
+// breakBody makes obj's body fail after n more bytes.
+func breakBody(t *testing.T, obj *files.Object, n int) {
+	t.Helper()
+	r, ok := obj.Body.(*resumer)
+	if !ok {
+		t.Fatalf("body is a %T", obj.Body)
+	}
+	r.body = &brokenBody{r.body, n}
+}
+
+func TestReadResumesWhereTheServerFailed(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("abcdefghij"), 100_000)
+	if _, err := s.Put(ctx, "files/r", bytes.NewReader(data), int64(len(data)), "application/octet-stream"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		start, end int64
+		want       []byte
+	}{{"whole", 0, -1, data}, {"range", 1000, 500_999, data[1000:501_000]}} {
+		t.Run(c.name, func(t *testing.T) {
+			obj, err := s.Get(ctx, "files/r", c.start, c.end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obj.Body.Close()
+			head := make([]byte, 12345)
+			if _, err := io.ReadFull(obj.Body, head); err != nil {
+				t.Fatal(err)
+			}
+			breakBody(t, obj, 777) // fails mid-way twice: within the tries
+			rest := make([]byte, 1000)
+			if _, err := io.ReadFull(obj.Body, rest); err != nil {
+				t.Fatal(err)
+			}
+			breakBody(t, obj, 0)
+			tail, err := io.ReadAll(obj.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := append(append(head, rest...), tail...)
+			if !bytes.Equal(got, c.want) || int64(len(got)) != obj.Size {
+				t.Fatalf("read %d bytes (size %d), want the %d stored", len(got), obj.Size, len(c.want))
+			}
+		})
+	}
+	// The object replaced meanwhile: the read fails rather than mix two versions.
+	obj, err := s.Get(ctx, "files/r", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Body.Close()
+	if _, err := s.Put(ctx, "files/r", strings.NewReader("another version"), 15, "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	breakBody(t, obj, 10)
+	if _, err := io.ReadAll(obj.Body); err == nil {
+		t.Fatal("a read resumed on another version of the object")
+	}
+}
