@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"strings"
 	"testing"
 
@@ -211,5 +213,45 @@ func TestReadResumesWhereTheServerFailed(t *testing.T) {
 	breakBody(t, obj, 10)
 	if _, err := io.ReadAll(obj.Body); err == nil {
 		t.Fatal("a read resumed on another version of the object")
+	}
+}
+
+// TestSeveralEndpoints: with a list of nodes the store uses the ones that
+// answer; requests are signed for the first, which need not be reachable.
+func TestSeveralEndpoints(t *testing.T) {
+	kit := testkit.Get(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	s, err := New(Options{Endpoint: dead + ", " + kit.S3Endpoint, AccessKey: kit.S3Access, SecretKey: kit.S3Secret,
+		Bucket: kit.Bucket(t), MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 4 { // every connection either way round the list
+		key := fmt.Sprintf("files/n%d", i)
+		if _, err := s.Put(ctx, key, strings.NewReader("several nodes"), 13, "text/plain"); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		obj, err := s.Get(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(obj.Body)
+		obj.Body.Close()
+		if string(got) != "several nodes" {
+			t.Fatalf("get %d: %q", i, got)
+		}
+	}
+	if r := s.nodes.Ready(); r[0] || !r[1] {
+		t.Fatalf("ready %v, want the dead node set aside", r)
+	}
+	if _, err := New(Options{Endpoint: "minio1:9000,minio2"}); err == nil {
+		t.Fatal("an endpoint without a port was accepted")
 	}
 }
