@@ -93,10 +93,14 @@ func TestHA(t *testing.T) {
 
 	// The log records: 10,000 over about 70 s, from an application on the
 	// bus network that knows every NATS node.
-	natsURL := func(user, pw string) string {
+	// natsURL lists every node but exclude (a node being killed or cut off:
+	// the stream's state is asked of the others, which know it).
+	natsURL := func(user, pw, exclude string) string {
 		var urls []string
 		for _, n := range []string{"nats1", "nats2", "nats3"} {
-			urls = append(urls, fmt.Sprintf("nats://%s:%s@%s:4222", user, pw, n))
+			if n != exclude {
+				urls = append(urls, fmt.Sprintf("nats://%s:%s@%s:4222", user, pw, n))
+			}
 		}
 		return strings.Join(urls, ",")
 	}
@@ -105,8 +109,8 @@ func TestHA(t *testing.T) {
 	var pubOut string
 	var pubErr error
 	pubDone := make(chan struct{})
-	stream := func() (streamState, error) {
-		out, err := s.RunProbe(ctx, "bus", map[string]string{"NATS_URL": natsURL("logs", s.Env["NATS_LOGS_PASSWORD"])}, "stream")
+	stream := func(exclude string) (streamState, error) {
+		out, err := s.RunProbe(ctx, "bus", map[string]string{"NATS_URL": natsURL("logs", s.Env["NATS_LOGS_PASSWORD"], exclude)}, "stream")
 		if err != nil {
 			return streamState{}, fmt.Errorf("%v: %s", err, out)
 		}
@@ -114,12 +118,12 @@ func TestHA(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		return st, json.Unmarshal([]byte(lines[len(lines)-1]), &st)
 	}
-	// waitStream polls the stream's state until ok, and returns how long
-	// that took from since.
-	waitStream := func(what string, since time.Time, ok func(streamState) bool) (streamState, time.Duration) {
+	// waitStream polls the stream's state (asking the nodes but exclude)
+	// until ok, and returns how long that took from since.
+	waitStream := func(what, exclude string, since time.Time, ok func(streamState) bool) (streamState, time.Duration) {
 		t.Helper()
 		for {
-			st, err := stream()
+			st, err := stream(exclude)
 			if err == nil && ok(st) {
 				return st, time.Since(since)
 			}
@@ -140,14 +144,14 @@ func TestHA(t *testing.T) {
 		}
 		return true
 	}
-	st, _ := waitStream("the log stream on three nodes", time.Now(), allCurrent)
+	st, _ := waitStream("the log stream on three nodes", "", time.Now(), allCurrent)
 	t.Logf("stream leader %s, replicas %+v", st.Leader, st.Replicas)
 
 	load := StartLoad(ops, 50*time.Millisecond)
 	testStart := time.Now()
 	go func() {
 		defer close(pubDone)
-		pubOut, pubErr = s.RunProbe(ctx, "bus", map[string]string{"NATS_URL": natsURL("publisher", s.Env["NATS_PUBLISHER_PASSWORD"])},
+		pubOut, pubErr = s.RunProbe(ctx, "bus", map[string]string{"NATS_URL": natsURL("publisher", s.Env["NATS_PUBLISHER_PASSWORD"], "")},
 			"publish", "-app", "SERVER-APP-C", "-type", "db", "-n", fmt.Sprint(records), "-rate", "150", tag)
 	}()
 	time.Sleep(3 * time.Second)
@@ -166,13 +170,13 @@ func TestHA(t *testing.T) {
 	_, err = Docker(ctx, "kill", victim.ID)
 	must(t, err)
 	killed := time.Now()
-	st, elected := waitStream("a new stream leader", killed, func(st streamState) bool { return st.Leader != "" && st.Leader != leader })
+	st, elected := waitStream("a new stream leader", leader, killed, func(st streamState) bool { return st.Leader != "" && st.Leader != leader })
 	windows = append(windows, window{"NATS leader killed", killed, killed.Add(elected)})
 	time.Sleep(time.Until(killed.Add(10 * time.Second)))
 	_, err = Docker(ctx, "start", victim.ID)
 	must(t, err)
 	started := time.Now()
-	_, caughtUp := waitStream("the killed node caught up", started, func(st streamState) bool { return allCurrent(st) && st.has(leader) })
+	_, caughtUp := waitStream("the killed node caught up", "", started, func(st streamState) bool { return allCurrent(st) && st.has(leader) })
 	report(fmt.Sprintf("NATS stream leader %s killed (docker kill)", leader), fmt.Sprintf("new leader %s elected %s after", st.Leader, elected.Round(100*time.Millisecond)))
 	report("  started again 10 s later: replica current again after", caughtUp.Round(100*time.Millisecond).String())
 
@@ -192,14 +196,14 @@ func TestHA(t *testing.T) {
 
 	// 3. Cut the stream leader off its peers for 20 s: off the routes'
 	// network, its clients still connected to it.
-	st, _ = waitStream("the log stream on three nodes", time.Now(), allCurrent)
+	st, _ = waitStream("the log stream on three nodes", "", time.Now(), allCurrent)
 	leader = st.Leader
 	victim = s.natsNode(ctx, t, leader)
 	aliases := s.aliases(ctx, t, victim.ID, "nats-cluster")
 	_, err = Docker(ctx, "network", "disconnect", s.Network("nats-cluster"), victim.ID)
 	must(t, err)
 	cut := time.Now()
-	st, elected = waitStream("a new stream leader", cut, func(st streamState) bool { return st.Leader != "" && st.Leader != leader })
+	st, elected = waitStream("a new stream leader", leader, cut, func(st streamState) bool { return st.Leader != "" && st.Leader != leader })
 	windows = append(windows, window{"NATS leader cut off", cut, cut.Add(elected)})
 	time.Sleep(time.Until(cut.Add(20 * time.Second)))
 	args := []string{"network", "connect"}
@@ -209,7 +213,7 @@ func TestHA(t *testing.T) {
 	_, err = Docker(ctx, append(args, s.Network("nats-cluster"), victim.ID)...)
 	must(t, err)
 	joined := time.Now()
-	_, caughtUp = waitStream("the cut-off node caught up", joined, func(st streamState) bool { return allCurrent(st) && st.has(leader) })
+	_, caughtUp = waitStream("the cut-off node caught up", "", joined, func(st streamState) bool { return allCurrent(st) && st.has(leader) })
 	report(fmt.Sprintf("NATS stream leader %s cut off from its peers 20 s", leader), fmt.Sprintf("new leader %s elected %s after", st.Leader, elected.Round(100*time.Millisecond)))
 	report("  reconnected: replica current again after", caughtUp.Round(100*time.Millisecond).String())
 
