@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run test test-short test-faults test-compose test-scale soak bench minio vet fmt fuzz chromium test-console
+.PHONY: run test test-short test-faults test-compose test-scale test-ha soak bench minio vet fmt fuzz chromium test-console
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
@@ -28,6 +28,11 @@ test-compose:
 ## test-scale: the compose stack scaled, replicas killed, cut off and upgraded under load (needs Docker); prints a table of figures
 test-scale:
 	$(GO) test -tags containers -count=1 -v -timeout 60m -run 'TestScale$$' ./scripts/containers; \
+	  rc=$$?; bash scripts/containers/cleanup.sh; exit $$rc
+
+## test-ha: the high-availability profile (compose.ha.yaml) in containers: NATS and MinIO nodes killed and cut off under load (needs Docker); prints a table of figures
+test-ha:
+	$(GO) test -tags containers -count=1 -v -timeout 60m -run 'TestHA$$' ./scripts/containers; \
 	  rc=$$?; bash scripts/containers/cleanup.sh; exit $$rc
 
 ## soak: a fixed-rate mix through the gateway for SOAK_DURATION (10m); fails on errors or >10% growth

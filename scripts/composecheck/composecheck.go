@@ -44,11 +44,21 @@ func RepoRoot() (string, error) {
 // so an operator's secrets never leak into a test). interpolate false keeps
 // ${VAR} references as written.
 func LoadProject(ctx context.Context, root string, env map[string]string, interpolate bool) (*types.Project, error) {
+	return LoadFiles(ctx, root, env, interpolate)
+}
+
+// LoadFiles is LoadProject with further compose files after compose.yaml
+// (overrides such as compose.ha.yaml), named relative to root.
+func LoadFiles(ctx context.Context, root string, env map[string]string, interpolate bool, files ...string) (*types.Project, error) {
 	var list []string
 	for k, v := range env {
 		list = append(list, k+"="+v)
 	}
-	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "compose.yaml")},
+	paths := []string{filepath.Join(root, "compose.yaml")}
+	for _, f := range files {
+		paths = append(paths, filepath.Join(root, f))
+	}
+	opts, err := cli.NewProjectOptions(paths,
 		cli.WithWorkingDirectory(root),
 		cli.WithEnv(list),
 		cli.WithInterpolation(interpolate),

@@ -2,7 +2,7 @@
 # Removes whatever a container test left behind when it could not clean up
 # itself (a test binary killed by its timeout runs no clean-up): every
 # container, network and volume of compose projects named acmetest*.
-# make test-compose and make test-scale run it after the test, whatever
+# make test-compose, make test-scale and make test-ha run it after the test, whatever
 # its outcome. Other projects are never touched.
 set -u
 projects=$( {

@@ -48,10 +48,14 @@ func prepare() error {
 	return nil
 }
 
-// newStack is a project with its images built (once per source version).
-func newStack(t *testing.T, extra map[string]string) *Stack {
+// newStack is a project with its images built (once per source version),
+// made of compose.yaml, the test stand-ins and any further compose files.
+func newStack(t *testing.T, extra map[string]string, files ...string) *Stack {
 	t.Helper()
 	s := New(t, root, version, extra)
+	for _, f := range files {
+		s.AddFile(f)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	took, err := s.BuildImages(ctx, base)

@@ -147,6 +147,10 @@ func New(t testing.TB, root, version string, extra map[string]string) *Stack {
 	return s
 }
 
+// AddFile adds a compose file to the project's, after the others (an
+// override such as compose.ha.yaml).
+func (s *Stack) AddFile(path string) { s.files = append(s.files, path) }
+
 // Remove takes the project down with its volumes and networks, printing the
 // services' last log lines first when the test failed.
 func (s *Stack) Remove() {

@@ -99,6 +99,12 @@ func write(w io.Writer, adminEmail string) error {
 		}
 		add("NATS_%s_PASSWORD=%s", u, pw)
 	}
+	route, err := natsPassword()
+	if err != nil {
+		return err
+	}
+	add("# The NATS cluster's routes (compose.ha.yaml, deploy/nats-cluster.conf).")
+	add("NATS_ROUTE_PASSWORD=%s", route)
 	add("")
 	add("# Optional settings (compose.yaml's defaults shown):")
 	add("# AUTH_COOKIE_SECURE=true   # false only when browsers reach the gateway over plain HTTP")

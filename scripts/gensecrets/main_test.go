@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,5 +138,48 @@ func TestOutputFile(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 		t.Error("an existing .env was changed")
+	}
+}
+
+// TestNATSRoutePasswordSurvivesTheClusterConfig: the high-availability
+// profile's nodes (deploy/nats-cluster.conf) read NATS_ROUTE_PASSWORD for
+// the routes they accept and, inside the route URLs compose.ha.yaml builds
+// from it, for the routes they open: both must come out as generated.
+func TestNATSRoutePasswordSurvivesTheClusterConfig(t *testing.T) {
+	root, err := composecheck.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(root, "deploy", "nats-cluster.conf")
+	for range 20 {
+		env := generate(t)
+		pw := env["NATS_ROUTE_PASSWORD"]
+		if len(pw) < 32 {
+			t.Fatalf("NATS_ROUTE_PASSWORD %q", pw)
+		}
+		for _, u := range natsUsers {
+			t.Setenv("NATS_"+u+"_PASSWORD", env["NATS_"+u+"_PASSWORD"])
+		}
+		t.Setenv("NATS_ROUTE_PASSWORD", pw)
+		t.Setenv("NATS_SERVER_NAME", "nats2")
+		t.Setenv("NATS_CLUSTER_ADVERTISE", "route-nats2:6222")
+		for i := 1; i <= 3; i++ {
+			t.Setenv(fmt.Sprintf("NATS_ROUTE_%d", i), fmt.Sprintf("nats-route://route:%s@route-nats%d:6222", pw, i))
+		}
+		opts, err := server.ProcessConfigFile(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts.ServerName != "nats2" || opts.Cluster.Username != "route" || opts.Cluster.Password != pw || len(opts.Users) != len(natsUsers) {
+			t.Fatalf("server %q, cluster user %q password %q (want %q), %d users", opts.ServerName, opts.Cluster.Username, opts.Cluster.Password, pw, len(opts.Users))
+		}
+		if len(opts.Routes) != 3 {
+			t.Fatalf("%d routes", len(opts.Routes))
+		}
+		for _, r := range opts.Routes {
+			if p, _ := r.User.Password(); r.User.Username() != "route" || p != pw {
+				t.Fatalf("route %s: login %q/%q", r.Host, r.User.Username(), p)
+			}
+		}
 	}
 }

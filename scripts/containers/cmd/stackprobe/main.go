@@ -2,9 +2,14 @@
 // project's networks, in a throw-away container (image acme-test/stackprobe),
 // to see the stack as another container on that network does:
 //
-//	stackprobe publish -app SERVER-APP-A -type log -n 1 [-metrics M] BODY...
+//	stackprobe publish -app SERVER-APP-A -type log -n 1 [-metrics M] [-rate R] BODY...
 //	    publish records over NATS with pkg/logclient, as an application
-//	    does (NATS_URL with the publisher's login)
+//	    does (NATS_URL with the publisher's login); -rate: at most R
+//	    records a second (0: as fast as the buffer takes them)
+//	stackprobe stream
+//	    print the log stream's cluster state as one JSON line: leader,
+//	    replicas (current, lag), messages, and its consumer logs-writer's
+//	    leader and pending counts (NATS_URL with the logs service's login)
 //	stackprobe nats-perms
 //	    log in as every user of deploy/nats.conf with the real passwords
 //	    (NATS_ADDR, NATS_<USER>_PASSWORD) and check that each may publish
@@ -26,6 +31,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,6 +46,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -54,6 +61,8 @@ func main() {
 	switch os.Args[1] {
 	case "publish":
 		err = publish(os.Args[2:])
+	case "stream":
+		err = streamState()
 	case "nats-perms":
 		err = natsPerms()
 	case "dial":
@@ -77,6 +86,7 @@ func publish(args []string) error {
 	typ := fs.String("type", "log", "log, error or db")
 	metrics := fs.String("metrics", "", "metricsId")
 	n := fs.Int("n", 1, "records")
+	rate := fs.Int("rate", 0, "records a second at most (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -90,7 +100,11 @@ func publish(args []string) error {
 	if err != nil {
 		return err
 	}
+	t0 := time.Now()
 	for i := 0; i < *n; i++ {
+		if *rate > 0 {
+			time.Sleep(time.Until(t0.Add(time.Duration(i) * time.Second / time.Duration(*rate))))
+		}
 		b := body
 		if *n > 1 {
 			b = fmt.Sprintf("%s #%d", body, i)
@@ -103,10 +117,65 @@ func publish(args []string) error {
 		return err
 	}
 	st := lc.Stats()
-	fmt.Printf("published %d dropped %d failed %d\n", st.Published, st.Dropped, st.Failed)
+	fmt.Printf("published %d dropped %d failed %d retries %d\n", st.Published, st.Dropped, st.Failed, st.Retries)
 	if st.Published != uint64(*n) {
 		return fmt.Errorf("published %d of %d", st.Published, *n)
 	}
+	return nil
+}
+
+// streamState prints the log stream's and its consumer's cluster state.
+func streamState() error {
+	nc, err := nats.Connect(os.Getenv("NATS_URL"), nats.Name("stackprobe"), nats.Timeout(3*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "ACME_LOGS")
+	if err != nil {
+		return err
+	}
+	info := st.CachedInfo()
+	type replica struct {
+		Name    string `json:"name"`
+		Current bool   `json:"current"`
+		Lag     uint64 `json:"lag"`
+	}
+	out := struct {
+		Leader      string    `json:"leader"`
+		Replicas    []replica `json:"replicas"`
+		Messages    uint64    `json:"messages"`
+		Consumer    string    `json:"consumerLeader"`
+		NumPending  uint64    `json:"numPending"`
+		AckPending  int       `json:"ackPending"`
+		ConsumerErr string    `json:"consumerErr,omitempty"`
+	}{Messages: info.State.Msgs}
+	if info.Cluster != nil {
+		out.Leader = info.Cluster.Leader
+		for _, r := range info.Cluster.Replicas {
+			out.Replicas = append(out.Replicas, replica{r.Name, r.Current, r.Lag})
+		}
+	}
+	if c, err := st.Consumer(ctx, "logs-writer"); err != nil {
+		out.ConsumerErr = err.Error()
+	} else {
+		ci := c.CachedInfo()
+		out.NumPending, out.AckPending = ci.NumPending, ci.NumAckPending
+		if ci.Cluster != nil {
+			out.Consumer = ci.Cluster.Leader
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
 	return nil
 }
 

@@ -169,6 +169,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	if err != nil {
 		return err
 	}
+	defer objects.Close()
 	if err := objects.EnsureBucket(sctx); err != nil {
 		return fmt.Errorf("s3 bucket %q: %w", cfg.S3.Bucket, err)
 	}

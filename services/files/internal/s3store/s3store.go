@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/acme/platform/pkg/failover"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -20,7 +21,10 @@ import (
 
 // Options configure the store.
 type Options struct {
-	Endpoint  string // host:port
+	// Endpoint is host:port, or the nodes of one distributed MinIO
+	// separated by commas: requests then go to whichever node is ready
+	// (pkg/failover), and are signed for the first.
+	Endpoint  string
 	AccessKey string
 	SecretKey string
 	Bucket    string
@@ -38,6 +42,7 @@ type Store struct {
 	core   minio.Core
 	bucket string
 	opts   Options
+	nodes  *failover.Dialer // nil with one endpoint
 }
 
 var _ files.ObjectStore = (*Store)(nil)
@@ -53,15 +58,47 @@ func New(o Options) (*Store, error) {
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 3
 	}
-	c, err := minio.New(o.Endpoint, &minio.Options{
+	endpoints := failover.Split(o.Endpoint)
+	if len(endpoints) == 0 {
+		return nil, errors.New("s3 client: no endpoint")
+	}
+	mo := &minio.Options{
 		Creds:      credentials.NewStaticV4(o.AccessKey, o.SecretKey, ""),
 		Secure:     o.UseTLS,
 		MaxRetries: o.MaxRetries,
-	})
+	}
+	var nodes *failover.Dialer
+	if len(endpoints) > 1 {
+		t, err := minio.DefaultTransport(o.UseTLS)
+		if err != nil {
+			return nil, fmt.Errorf("s3 client: %w", err)
+		}
+		scheme := "http"
+		if o.UseTLS {
+			scheme = "https"
+		}
+		nodes, err = failover.New(endpoints, failover.Options{ProbeURL: scheme + "://%s/minio/health/ready"})
+		if err != nil {
+			return nil, fmt.Errorf("S3 endpoints: %w", err)
+		}
+		t.DialContext = nodes.DialContext
+		mo.Transport = t
+	}
+	c, err := minio.New(endpoints[0], mo)
 	if err != nil {
+		if nodes != nil {
+			nodes.Close()
+		}
 		return nil, fmt.Errorf("s3 client: %w", err)
 	}
-	return &Store{client: c, core: minio.Core{Client: c}, bucket: o.Bucket, opts: o}, nil
+	return &Store{client: c, core: minio.Core{Client: c}, bucket: o.Bucket, opts: o, nodes: nodes}, nil
+}
+
+// Close stops the readiness probes of the nodes (several endpoints).
+func (s *Store) Close() {
+	if s.nodes != nil {
+		s.nodes.Close()
+	}
 }
 
 // Client exposes the minio client (benchmarks compare against it).
@@ -131,8 +168,59 @@ func (s *Store) Get(ctx context.Context, key string, start, end int64) (*files.O
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &files.Object{Body: body, Size: info.Size}, nil
+	r := &resumer{s: s, ctx: ctx, key: key, etag: info.ETag, off: start, end: start + info.Size - 1, body: body}
+	return &files.Object{Body: r, Size: info.Size}, nil
 }
+
+// resumer is an object's body that survives the loss of the server sending
+// it (a MinIO node killed mid-download, another node of the same cluster
+// taking over): when a read fails, it asks again for the bytes not yet
+// read, of the same version of the object (If-Match its ETag), up to
+// resumeTries times per body.
+type resumer struct {
+	s         *Store
+	ctx       context.Context
+	key, etag string
+	off, end  int64 // next byte to read, last byte (inclusive)
+	body      io.ReadCloser
+	tries     int
+}
+
+const resumeTries = 3
+
+func (r *resumer) Read(p []byte) (int, error) {
+	for {
+		n, err := r.body.Read(p)
+		r.off += int64(n)
+		if err != nil && err != io.EOF && r.off > r.end {
+			return n, io.EOF // every byte arrived before the failure
+		}
+		if err == nil || err == io.EOF || n > 0 || r.tries >= resumeTries || r.ctx.Err() != nil {
+			if err != nil && err != io.EOF && n > 0 {
+				err = nil // the bytes first; the next read fails or resumes
+			}
+			return n, err
+		}
+		r.tries++
+		var opts minio.GetObjectOptions
+		if rerr := opts.SetRange(r.off, r.end); rerr != nil {
+			return 0, err
+		}
+		if r.etag != "" {
+			if rerr := opts.SetMatchETag(r.etag); rerr != nil {
+				return 0, err
+			}
+		}
+		body, _, _, gerr := r.s.core.GetObject(r.ctx, r.s.bucket, r.key, opts)
+		if gerr != nil {
+			return 0, fmt.Errorf("%w (resuming at byte %d: %v)", err, r.off, gerr)
+		}
+		r.body.Close()
+		r.body = body
+	}
+}
+
+func (r *resumer) Close() error { return r.body.Close() }
 
 // Remove deletes key; a missing key is not an error.
 func (s *Store) Remove(ctx context.Context, key string) error {

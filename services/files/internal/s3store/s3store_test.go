@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"strings"
 	"testing"
 
@@ -129,5 +131,127 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	}
 	if err := s.Ping(ctx); !errors.Is(err, files.ErrUnavailable) {
 		t.Fatalf("ping: %v", err)
+	}
+}
+
+// brokenBody yields n bytes of the real body, then fails the way a
+// connection to a server that died does.
+type brokenBody struct {
+	io.ReadCloser
+	n int
+}
+
+func (b *brokenBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if len(p) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.n -= n
+	return n, err
+}
+
+// breakBody makes obj's body fail after n more bytes.
+func breakBody(t *testing.T, obj *files.Object, n int) {
+	t.Helper()
+	r, ok := obj.Body.(*resumer)
+	if !ok {
+		t.Fatalf("body is a %T", obj.Body)
+	}
+	r.body = &brokenBody{r.body, n}
+}
+
+func TestReadResumesWhereTheServerFailed(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("abcdefghij"), 100_000)
+	if _, err := s.Put(ctx, "files/r", bytes.NewReader(data), int64(len(data)), "application/octet-stream"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		start, end int64
+		want       []byte
+	}{{"whole", 0, -1, data}, {"range", 1000, 500_999, data[1000:501_000]}} {
+		t.Run(c.name, func(t *testing.T) {
+			obj, err := s.Get(ctx, "files/r", c.start, c.end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obj.Body.Close()
+			head := make([]byte, 12345)
+			if _, err := io.ReadFull(obj.Body, head); err != nil {
+				t.Fatal(err)
+			}
+			breakBody(t, obj, 777) // fails mid-way twice: within the tries
+			rest := make([]byte, 1000)
+			if _, err := io.ReadFull(obj.Body, rest); err != nil {
+				t.Fatal(err)
+			}
+			breakBody(t, obj, 0)
+			tail, err := io.ReadAll(obj.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := append(append(head, rest...), tail...)
+			if !bytes.Equal(got, c.want) || int64(len(got)) != obj.Size {
+				t.Fatalf("read %d bytes (size %d), want the %d stored", len(got), obj.Size, len(c.want))
+			}
+		})
+	}
+	// The object replaced meanwhile: the read fails rather than mix two versions.
+	obj, err := s.Get(ctx, "files/r", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Body.Close()
+	if _, err := s.Put(ctx, "files/r", strings.NewReader("another version"), 15, "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	breakBody(t, obj, 10)
+	if _, err := io.ReadAll(obj.Body); err == nil {
+		t.Fatal("a read resumed on another version of the object")
+	}
+}
+
+// TestSeveralEndpoints: with a list of nodes the store uses the ones that
+// answer; requests are signed for the first, which need not be reachable.
+func TestSeveralEndpoints(t *testing.T) {
+	kit := testkit.Get(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	s, err := New(Options{Endpoint: dead + ", " + kit.S3Endpoint, AccessKey: kit.S3Access, SecretKey: kit.S3Secret,
+		Bucket: kit.Bucket(t), MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 4 { // every connection either way round the list
+		key := fmt.Sprintf("files/n%d", i)
+		if _, err := s.Put(ctx, key, strings.NewReader("several nodes"), 13, "text/plain"); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		obj, err := s.Get(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(obj.Body)
+		obj.Body.Close()
+		if string(got) != "several nodes" {
+			t.Fatalf("get %d: %q", i, got)
+		}
+	}
+	if r := s.nodes.Ready(); r[0] || !r[1] {
+		t.Fatalf("ready %v, want the dead node set aside", r)
+	}
+	if _, err := New(Options{Endpoint: "minio1:9000,minio2"}); err == nil {
+		t.Fatal("an endpoint without a port was accepted")
 	}
 }
