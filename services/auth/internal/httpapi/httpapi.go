@@ -90,6 +90,12 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 	app.Get("/me/sessions", web.RequireUser, a.listSessions)
 	app.Delete("/me/sessions", web.RequireUser, a.endOtherSessions)
 	app.Delete("/me/sessions/:id", web.RequireUser, a.endSession)
+	app.Post("/me/email/verification", web.RequireUser, a.resendVerification)
+
+	// Without a session: the link's token is the proof.
+	app.Post("/password/forgot", a.forgotPassword)
+	app.Post("/password/reset", a.resetPassword)
+	app.Post("/email/verify", a.verifyEmail)
 
 	app.Post("/users", web.RequireAdmin, a.createUser)
 	app.Get("/users", web.RequireAdmin, a.listUsers)
@@ -125,12 +131,15 @@ type userJSON struct {
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 	RoleName  string    `json:"roleName"`
+	// EmailVerified: the user opened a link sent to Email.
+	EmailVerified bool `json:"emailVerified"`
 }
 
 func toUserJSON(u account.User) userJSON {
 	return userJSON{
 		ID: u.ID, Email: u.Email, FullName: u.FullName, Sector: u.Sector, EDV: u.EDV,
 		AvatarURL: u.AvatarURL, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt, RoleName: u.Role,
+		EmailVerified: u.EmailVerified,
 	}
 }
 
@@ -197,6 +206,11 @@ var (
 	errEmptyPatch         = web.Errorf(http.StatusBadRequest, "empty_patch", "send at least one property to change")
 	errSelfDelete         = web.Errorf(http.StatusConflict, "cannot_delete_self", "administrators cannot delete their own account")
 	errSelfDemote         = web.Errorf(http.StatusConflict, "cannot_demote_self", "administrators cannot remove their own admin role")
+	errInvalidToken       = web.Errorf(http.StatusBadRequest, "invalid_token", "the link is invalid, has expired or was already used")
+	errMailDisabled       = web.Errorf(http.StatusServiceUnavailable, "mail_disabled", "this platform sends no e-mail (AUTH_SMTP_HOST is not set): ask an administrator")
+	errMailBusy           = web.Errorf(http.StatusServiceUnavailable, "busy", "too many messages are waiting to be sent, try again shortly")
+	errEmailUnverified    = web.Errorf(http.StatusForbidden, "email_unverified", "confirm your e-mail address first: open the link sent to it")
+	errAlreadyVerified    = web.Errorf(http.StatusConflict, "already_verified", "the e-mail address is already verified")
 )
 
 // apiError maps domain errors to HTTP errors; others pass through to
@@ -216,7 +230,7 @@ func apiError(c *fiber.Ctx, err error) error {
 		}
 		c.Set(fiber.HeaderRetryAfter, strconv.FormatInt(secs, 10))
 		return &web.Error{Status: http.StatusTooManyRequests, Code: "throttled",
-			Body: fiber.Map{"error": "too many failed sign-ins, try again later", "retryAfter": secs}}
+			Body: fiber.Map{"error": te.Message() + ", try again later", "retryAfter": secs}}
 	case errors.Is(err, account.ErrInvalidCredentials):
 		return errInvalidCredentials
 	case errors.Is(err, account.ErrInvalidSession):
@@ -237,6 +251,16 @@ func apiError(c *fiber.Ctx, err error) error {
 		return errSelfDelete
 	case errors.Is(err, account.ErrSelfDemote):
 		return errSelfDemote
+	case errors.Is(err, account.ErrInvalidToken):
+		return errInvalidToken
+	case errors.Is(err, account.ErrMailDisabled):
+		return errMailDisabled
+	case errors.Is(err, account.ErrBusy):
+		return errMailBusy
+	case errors.Is(err, account.ErrEmailUnverified):
+		return errEmailUnverified
+	case errors.Is(err, account.ErrAlreadyVerified):
+		return errAlreadyVerified
 	case errors.Is(err, context.DeadlineExceeded):
 		return &web.Error{Status: http.StatusServiceUnavailable, Code: "busy", Message: "the service is busy, try again shortly", Cause: err}
 	}
