@@ -172,10 +172,10 @@ type MailAddress struct {
 
 // MailSummary is one message in a listing.
 type MailSummary struct {
-	ID       string
-	From     *MailAddress
-	To       []MailAddress
-	Subject  string
+	ID      string
+	From    *MailAddress
+	To      []MailAddress
+	Subject string
 }
 
 // Mail is one message in full.
@@ -232,18 +232,24 @@ func (c *MailpitClient) Message(ctx context.Context, id string) (Mail, error) {
 	return m, err
 }
 
-// WaitTo waits until at least n messages to address have arrived (or ctx
-// ends) and returns the newest one in full.
-func (c *MailpitClient) WaitTo(ctx context.Context, address string, n int) (Mail, error) {
+// WaitFor waits until at least n messages to address with this subject
+// have arrived (or ctx ends) and returns the newest of them in full.
+func (c *MailpitClient) WaitFor(ctx context.Context, address, subject string, n int) (Mail, error) {
 	for {
 		list, err := c.To(ctx, address)
-		if err == nil && len(list) >= n {
-			return c.Message(ctx, list[0].ID)
+		var match []MailSummary
+		for _, m := range list {
+			if m.Subject == subject {
+				match = append(match, m)
+			}
+		}
+		if err == nil && len(match) >= n {
+			return c.Message(ctx, match[0].ID)
 		}
 		select {
 		case <-ctx.Done():
 			if err == nil {
-				err = fmt.Errorf("%d message(s) to %s, want %d", len(list), address, n)
+				err = fmt.Errorf("%d message(s) %q to %s, want %d", len(match), subject, address, n)
 			}
 			return Mail{}, fmt.Errorf("%w: %v", ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):

@@ -46,6 +46,7 @@ func TestTokenReuseOnlyForIdenticalClaims(t *testing.T) {
 func TestMatchRoutes(t *testing.T) {
 	for path, want := range map[string]string{
 		"/me": "auth", "/me/sessions": "auth", "/ms/me": "auth", "/signin": "auth", "/users/1": "auth",
+		"/password/forgot": "auth", "/password/reset": "auth", "/email/verify": "auth", "/me/email/verification": "auth",
 		"/upload/file": "files", "/images/x": "files", "/files": "files", "/log": "logs", "/log/log/1/APP": "logs",
 	} {
 		r, ok := match(path)

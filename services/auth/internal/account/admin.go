@@ -57,7 +57,7 @@ func (s *Service) CreateUser(ctx context.Context, in NewUserInput) (User, error)
 		return User{}, err
 	}
 	if s.mail != nil && !u.EmailVerified {
-		if err := s.sendVerification(u, u.Email); err != nil {
+		if err := s.sendVerification(ctx, u, u.Email); err != nil {
 			s.log.WarnContext(ctx, "new user: verification link not sent", "user", u.ID, "err", err)
 		}
 	}
@@ -162,10 +162,10 @@ func (s *Service) UpdateUser(ctx context.Context, actorID, id string, p AdminPat
 	}
 	s.revoke(ctx, rev)
 	if emailChanged && s.mail != nil && up.EmailVerified != nil {
-		if err := s.sendVerification(u, u.Email); err != nil {
+		if err := s.sendVerification(ctx, u, u.Email); err != nil {
 			s.log.WarnContext(ctx, "changed address: verification link not sent", "user", u.ID, "err", err)
 		}
-		s.notifyEmailChange(before, u.Email)
+		s.notifyEmailChange(ctx, before, u.Email)
 	}
 	return u, nil
 }

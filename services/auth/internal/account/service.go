@@ -404,10 +404,10 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 		up.PasswordHash = &h
 	}
 	if pendingEmail != "" {
-		if err := s.sendVerification(u, pendingEmail); err != nil {
+		if err := s.sendVerification(ctx, u, pendingEmail); err != nil {
 			return User{}, nil, err
 		}
-		s.notifyEmailChange(u, pendingEmail)
+		s.notifyEmailChange(ctx, u, pendingEmail)
 		s.event(ctx, Event{Type: EventEmailChangeAsked, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client, Detail: map[string]any{"to": pendingEmail}})
 		if up.Empty() {
 			return u, nil, nil

@@ -83,22 +83,22 @@ func (s *Service) SetMail(m Mailer, tokens TokenStore, cfg MailConfig) {
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = time.Minute
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	s.mail = &mailState{mailer: m, cfg: cfg, tokens: tokens, slots: make(chan struct{}, cfg.MaxPending), ctx: ctx, stop: stop}
+	s.mail = &mailState{mailer: m, cfg: cfg, tokens: tokens, slots: make(chan struct{}, cfg.MaxPending)}
 }
 
 // Close waits for background deliveries (they end within SendTimeout).
 func (s *Service) Close() {
 	if s.mail != nil {
 		s.mail.wg.Wait()
-		s.mail.stop()
 	}
 }
 
 // background runs job outside the request, so that what the caller sees
-// (and how long it takes) does not depend on what the job finds. ErrBusy
-// when too many jobs are pending.
-func (s *Service) background(job func(ctx context.Context)) error {
+// (and how long it takes) does not depend on what the job finds. The job's
+// context keeps the request's values (its request id, for logs and the
+// audit trail) but not its cancellation. ErrBusy when too many jobs are
+// pending.
+func (s *Service) background(req context.Context, job func(ctx context.Context)) error {
 	m := s.mail
 	select {
 	case m.slots <- struct{}{}:
@@ -109,7 +109,7 @@ func (s *Service) background(job func(ctx context.Context)) error {
 	go func() {
 		defer m.wg.Done()
 		defer func() { <-m.slots }()
-		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.SendTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(req), m.cfg.SendTimeout)
 		defer cancel()
 		job(ctx)
 	}()
@@ -158,7 +158,7 @@ func (s *Service) ForgotPassword(ctx context.Context, email string, c Client) er
 			}
 		}
 	}
-	return s.background(func(ctx context.Context) {
+	return s.background(ctx, func(ctx context.Context) {
 		u, err := s.users.ByEmail(ctx, lower)
 		if errors.Is(err, ErrUserNotFound) {
 			s.log.InfoContext(ctx, "password reset asked for an unknown address")

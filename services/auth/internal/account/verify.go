@@ -13,8 +13,8 @@ func (s *Service) MailOn() bool { return s.mail != nil }
 // sendVerification mails u a link that verifies address (u's own, or the
 // one u asked to change to) in the background. Earlier verification links
 // of u stop working. Failures are logged: the user can ask again.
-func (s *Service) sendVerification(u User, address string) error {
-	return s.background(func(ctx context.Context) {
+func (s *Service) sendVerification(ctx context.Context, u User, address string) error {
+	return s.background(ctx, func(ctx context.Context) {
 		if err := s.mail.tokens.DeleteByUser(ctx, u.ID, PurposeVerify); err != nil {
 			s.log.WarnContext(ctx, "verification: drop older links", "user", u.ID, "err", err)
 			return
@@ -26,14 +26,14 @@ func (s *Service) sendVerification(u User, address string) error {
 }
 
 // notifyEmailChange tells u's current address that newEmail was asked for.
-func (s *Service) notifyEmailChange(u User, newEmail string) {
-	err := s.background(func(ctx context.Context) {
+func (s *Service) notifyEmailChange(ctx context.Context, u User, newEmail string) {
+	err := s.background(ctx, func(ctx context.Context) {
 		if err := s.mail.mailer.Send(ctx, mailer.EmailChanged, u.Email, mailer.Data{Name: u.FullName, Email: u.Email, NewEmail: newEmail}); err != nil {
 			s.log.WarnContext(ctx, "address change: tell the old address", "user", u.ID, "err", err)
 		}
 	})
 	if err != nil {
-		s.log.Warn("address change: notice not sent", "user", u.ID, "err", err)
+		s.log.WarnContext(ctx, "address change: notice not sent", "user", u.ID, "err", err)
 	}
 }
 
@@ -53,7 +53,7 @@ func (s *Service) ResendVerification(ctx context.Context, userID string) error {
 	if u.EmailVerified {
 		return ErrAlreadyVerified
 	}
-	return s.sendVerification(u, u.Email)
+	return s.sendVerification(ctx, u, u.Email)
 }
 
 // VerifyEmail spends a verification link: the address it was sent to

@@ -24,11 +24,11 @@ func startMailpit(t *testing.T, o embedded.MailpitOptions) *embedded.Mailpit {
 	return m
 }
 
-func wait(t *testing.T, m *embedded.Mailpit, to string) embedded.Mail {
+func wait(t *testing.T, m *embedded.Mailpit, to, subject string) embedded.Mail {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	msg, err := m.Client().WaitTo(ctx, to, 1)
+	msg, err := m.Client().WaitFor(ctx, to, subject, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestSendModes(t *testing.T) {
 			if err := m.Send(context.Background(), mailer.Reset, "ada@example.com", data); err != nil {
 				t.Fatal(err)
 			}
-			got := wait(t, mp, "ada@example.com")
+			got := wait(t, mp, "ada@example.com", "Reset your password")
 			if got.Subject != "Reset your password" || got.From.Address != "no-reply@acme.test" {
 				t.Fatalf("subject %q from %v", got.Subject, got.From)
 			}
@@ -123,7 +123,7 @@ func TestTemplateOverride(t *testing.T) {
 	if err := m.Send(context.Background(), mailer.Reset, "bob@example.com", data); err != nil {
 		t.Fatal(err)
 	}
-	got := wait(t, mp, "bob@example.com")
+	got := wait(t, mp, "bob@example.com", "ACME: new password")
 	if got.Subject != "ACME: new password" || strings.TrimSpace(got.Text) != "Go to "+data.Link+" (30 minutes)." {
 		t.Fatalf("subject %q text %q", got.Subject, got.Text)
 	}
