@@ -42,6 +42,10 @@ type EventSink interface {
 // before serving.
 func (s *Service) SetEvents(sink EventSink) { s.events = sink }
 
+// Record reports an event decided outside the service (by the HTTP layer,
+// which knows the outcome of a request).
+func (s *Service) Record(ctx context.Context, e Event) { s.event(ctx, e) }
+
 func (s *Service) event(ctx context.Context, e Event) {
 	if s.events != nil {
 		s.events.Record(ctx, e)

@@ -25,6 +25,7 @@ import (
 	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/auth/internal/account"
+	"github.com/acme/platform/services/auth/internal/audit"
 	"github.com/acme/platform/services/auth/internal/httpapi"
 	"github.com/acme/platform/services/auth/internal/mailer"
 	"github.com/acme/platform/services/auth/internal/mongostore"
@@ -62,6 +63,7 @@ type Config struct {
 	MetricsInterval time.Duration
 	UserCacheTTL    time.Duration // 0 disables the user cache
 	UserCacheSize   int
+	AuditApp        string        // empty: no audit trail
 	SMTP            mailer.Config // SMTP.Host empty: mail is off
 	Mail            account.MailConfig
 }
@@ -118,6 +120,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	c.MetricsInterval = r.Duration("METRICS_INTERVAL", 30*time.Second)
 	c.UserCacheTTL = r.Duration("USER_CACHE_TTL", 30*time.Second)
 	c.UserCacheSize = r.Int("USER_CACHE_SIZE", 10000)
+	c.AuditApp = r.String("AUDIT_APP", "ACME-AUTH")
 	c.SMTP = mailer.Config{
 		Host:         r.String("SMTP_HOST", ""),
 		Port:         r.Int("SMTP_PORT", 587),
@@ -174,6 +177,12 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.UserCacheTTL < 0 || c.UserCacheSize < 1 {
 		problems = append(problems, "AUTH_USER_CACHE_TTL must not be negative and AUTH_USER_CACHE_SIZE must be at least 1")
+	}
+	if c.AuditApp != "" && c.AuditApp != "off" && !logclient.ValidToken(c.AuditApp) {
+		problems = append(problems, "AUTH_AUDIT_APP must be an application name (no dots, spaces or wildcards), or off")
+	}
+	if c.AuditApp == "off" {
+		c.AuditApp = ""
 	}
 	if c.SMTP.Host != "" {
 		if _, err := mailer.New(c.SMTP); err != nil {
@@ -258,12 +267,32 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// Lines logged with a request's context carry its id.
 	log = web.WithRequestIDs(log)
 
+	// Security events go to the log store as records of AUTH_AUDIT_APP.
+	var sink *audit.Sink
+	closeAudit := func() {}
+	if cfg.AuditApp != "" {
+		ac, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+		if err != nil {
+			return err
+		}
+		closeAudit = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = ac.Close(ctx)
+		}
+		defer func() { closeAudit() }() // idempotent
+		sink = audit.New(ac, cfg.AuditApp, log)
+	}
+
 	hasher, err := password.NewHasher(cfg.Argon2, cfg.HashConcurrency)
 	if err != nil {
 		return err
 	}
 	svc := account.NewService(mongostore.NewUsers(db), mongostore.NewSessions(db), mongostore.NewThrottle(db),
 		hasher, revocation.NewPublisher(nc, cfg.SubjectPrefix, log), cfg.Account, log)
+	if sink != nil {
+		svc.SetEvents(sink)
+	}
 
 	if cfg.SMTP.Host != "" {
 		m, err := mailer.New(cfg.SMTP)
@@ -340,6 +369,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	stopBG()
 	bg.Wait()
 	svc.Close() // mail deliveries under way finish (within AUTH_SMTP_TIMEOUT + 10s)
+	closeAudit()
 	closeSelfLog()
 	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
 		log.Warn("nats drain", "err", derr)
