@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -67,9 +68,9 @@ func TestPasswordResetByMail(t *testing.T) {
 	p, sec, logs := platform(t, env)
 	admin := newClient(t, p.GatewayURL)
 	admin.mustStatus(200, "POST", "/signin", map[string]string{"email": sec.AdminEmail, "password": sec.AdminPassword})
-	admin.mustStatus(201, "POST", "/users", map[string]any{
+	adaID := admin.mustStatus(201, "POST", "/users", map[string]any{
 		"email": "ada@example.com", "password": "correct horse battery", "fullName": "Ada Lovelace", "edv": "E-1",
-	})
+	})["user"].(map[string]any)["id"].(string)
 	laptop, phone := newClient(t, p.GatewayURL), newClient(t, p.GatewayURL)
 	for _, c := range []*client{laptop, phone} {
 		c.mustStatus(200, "POST", "/signin", map[string]string{"email": "ada@example.com", "password": "correct horse battery"})
@@ -149,9 +150,42 @@ func TestPasswordResetByMail(t *testing.T) {
 			t.Fatalf("mail to an unknown address %s: %v %v", to, list, err)
 		}
 	}
-	for _, secret := range []string{token, first, second, "new secret phrase", "another phrase 2"} {
-		if strings.Contains(logs.String(), secret) {
-			t.Fatal("a secret appears in the services' logs")
+	// The audit trail: ACME-AUTH records of type log, read by the admin
+	// through the gateway once the logs service has ingested them.
+	adminID := admin.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)["id"].(string)
+	want := map[string]func(r map[string]any) bool{
+		"user.created":             func(r map[string]any) bool { return r["actor"] == adminID && r["target"] == adaID },
+		"signin.succeeded":         func(r map[string]any) bool { return r["actor"] == adaID && r["clientIp"] != "" },
+		"signin.failed":            func(r map[string]any) bool { return r["targetEmail"] == "ada@example.com" && r["actor"] == nil },
+		"password.reset_requested": func(r map[string]any) bool { return r["target"] == adaID },
+		"password.reset":           func(r map[string]any) bool { return r["target"] == adaID && r["requestId"] != "" },
+	}
+	var bodies []string
+	deadline := time.Now().Add(30 * time.Second)
+	for len(want) > 0 {
+		bodies = bodies[:0]
+		for _, rec := range logsOf(t, admin.mustStatus(201, "GET", "/log/log/1/ACME-AUTH?limit=500", nil)) {
+			body, _ := rec["logBody"].(string)
+			bodies = append(bodies, body)
+			var r map[string]any
+			if json.Unmarshal([]byte(body), &r) != nil || r["audit"] != true {
+				continue
+			}
+			if r["requestId"] != rec["metricsId"] {
+				t.Fatalf("record %v: metricsId is not the request id", rec)
+			}
+			if ok := want[r["event"].(string)]; ok != nil && ok(r) {
+				delete(want, r["event"].(string))
+			}
+		}
+		if len(want) > 0 && time.Now().After(deadline) {
+			t.Fatalf("audit events missing: %v; records:\n%s", want, strings.Join(bodies, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, secret := range []string{token, first, second, "new secret phrase", "another phrase 2", "correct horse battery"} {
+		if strings.Contains(logs.String(), secret) || strings.Contains(strings.Join(bodies, "\n"), secret) {
+			t.Fatal("a secret appears in the services' logs or the audit trail")
 		}
 	}
 }
