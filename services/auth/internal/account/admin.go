@@ -184,6 +184,11 @@ func (s *Service) DeleteUser(ctx context.Context, actorID, id string) error {
 		return err
 	}
 	ended, err := s.sessions.DeleteByUser(ctx, u.ID, "")
+	if s.keys != nil && err == nil {
+		var keys []string
+		keys, err = s.keys.DeleteByUser(ctx, u.ID)
+		ended = append(ended, keys...)
+	}
 	s.revoke(ctx, Revocation{Sessions: ended, Users: []string{u.ID}})
 	return err
 }

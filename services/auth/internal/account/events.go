@@ -19,6 +19,9 @@ const (
 	EventUserCreated        = "user.created"
 	EventUserChanged        = "user.changed"
 	EventUserDeleted        = "user.deleted"
+	EventAPIKeyCreated      = "apikey.created"
+	EventAPIKeyFirstUsed    = "apikey.first_used"
+	EventAPIKeyRevoked      = "apikey.revoked"
 )
 
 // Event is one security event. Actor and Target are user ids (Actor empty

@@ -30,9 +30,10 @@ type Service struct {
 	throttle ThrottleStore
 	hasher   *password.Hasher
 	pub      Publisher
-	cache    UserCache  // nil: every read goes to the store
-	mail     *mailState // nil: mail is off
-	events   EventSink  // nil: events are not recorded
+	cache    UserCache   // nil: every read goes to the store
+	mail     *mailState  // nil: mail is off
+	events   EventSink   // nil: events are not recorded
+	keys     APIKeyStore // nil: API keys are off
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time

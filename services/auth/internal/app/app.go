@@ -293,6 +293,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	if sink != nil {
 		svc.SetEvents(sink)
 	}
+	svc.SetAPIKeys(mongostore.NewAPIKeys(db))
 
 	if cfg.SMTP.Host != "" {
 		m, err := mailer.New(cfg.SMTP)

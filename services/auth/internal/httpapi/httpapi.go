@@ -62,8 +62,8 @@ type API struct {
 }
 
 // Register mounts the routes on app. /healthz and /readyz must already be
-// registered: every route registered here except /ms/me, and every unknown
-// path, requires an identity token.
+// registered: every route registered here except /ms/me and /ms/apikey, and
+// every unknown path, requires an identity token.
 func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Options) error {
 	if len(o.ServiceCredentials) == 0 {
 		return errors.New("no service credential configured: set AUTH_SERVICE_CREDENTIALS or SERVICE_CREDENTIAL")
@@ -81,6 +81,7 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 
 	app.Use(a.deadline, noStore)
 	app.Get("/ms/me", a.serviceMe)
+	app.Get("/ms/apikey", a.serviceAPIKey)
 
 	app.Use(web.RequireIdentity(v))
 	app.Post("/signin", a.signIn)
@@ -91,6 +92,9 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 	app.Delete("/me/sessions", web.RequireUser, a.endOtherSessions)
 	app.Delete("/me/sessions/:id", web.RequireUser, a.endSession)
 	app.Post("/me/email/verification", web.RequireUser, a.resendVerification)
+	app.Get("/me/api-keys", web.RequireUser, a.listAPIKeys)
+	app.Post("/me/api-keys", web.RequireUser, a.createAPIKey)
+	app.Delete("/me/api-keys/:key", web.RequireUser, a.revokeAPIKey)
 
 	// Without a session: the link's token is the proof.
 	app.Post("/password/forgot", a.forgotPassword)
@@ -102,6 +106,9 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 	app.Get("/users/:id", web.RequireAdmin, a.getUser)
 	app.Patch("/users/:id", web.RequireAdmin, a.patchUser)
 	app.Delete("/users/:id", web.RequireAdmin, a.deleteUser)
+	app.Get("/users/:id/api-keys", web.RequireAdmin, a.listAPIKeys)
+	app.Post("/users/:id/api-keys", web.RequireAdmin, a.createAPIKey)
+	app.Delete("/users/:id/api-keys/:key", web.RequireAdmin, a.revokeAPIKey)
 	return nil
 }
 
@@ -211,6 +218,9 @@ var (
 	errMailBusy           = web.Errorf(http.StatusServiceUnavailable, "busy", "too many messages are waiting to be sent, try again shortly")
 	errEmailUnverified    = web.Errorf(http.StatusForbidden, "email_unverified", "confirm your e-mail address first: open the link sent to it")
 	errAlreadyVerified    = web.Errorf(http.StatusConflict, "already_verified", "the e-mail address is already verified")
+	errInvalidAPIKey      = web.Errorf(http.StatusUnauthorized, "invalid_api_key", "the api key is unknown, expired or revoked")
+	errAPIKeyNotFound     = web.Errorf(http.StatusNotFound, "api_key_not_found", "no api key of this user with this id")
+	errTooManyKeys        = web.Errorf(http.StatusConflict, "too_many_api_keys", "this user has the most api keys allowed (100): revoke one first")
 )
 
 // apiError maps domain errors to HTTP errors; others pass through to
@@ -261,6 +271,12 @@ func apiError(c *fiber.Ctx, err error) error {
 		return errEmailUnverified
 	case errors.Is(err, account.ErrAlreadyVerified):
 		return errAlreadyVerified
+	case errors.Is(err, account.ErrInvalidAPIKey):
+		return errInvalidAPIKey
+	case errors.Is(err, account.ErrAPIKeyNotFound):
+		return errAPIKeyNotFound
+	case errors.Is(err, account.ErrTooManyKeys):
+		return errTooManyKeys
 	case errors.Is(err, context.DeadlineExceeded):
 		return &web.Error{Status: http.StatusServiceUnavailable, Code: "busy", Message: "the service is busy, try again shortly", Cause: err}
 	}
