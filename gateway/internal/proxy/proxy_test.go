@@ -60,3 +60,15 @@ func TestMatchRoutes(t *testing.T) {
 		}
 	}
 }
+
+func TestAPIScope(t *testing.T) {
+	for _, c := range []struct{ service, method, want string }{
+		{"files", "GET", "files:read"}, {"files", "HEAD", "files:read"}, {"files", "POST", "files:write"},
+		{"files", "DELETE", "files:write"}, {"logs", "GET", "logs:read"}, {"logs", "POST", "logs:write"},
+		{"auth", "GET", ""}, {"auth", "POST", ""},
+	} {
+		if got := APIScope(c.service, c.method); got != c.want {
+			t.Errorf("APIScope(%s, %s) = %q, want %q", c.service, c.method, got, c.want)
+		}
+	}
+}
