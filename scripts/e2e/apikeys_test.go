@@ -9,6 +9,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -119,6 +120,30 @@ func TestAPIKeys(t *testing.T) {
 	wantKey(t, gw2, bearer, "POST", "/log", map[string]string{"app": "LOGGING", "type": "log", "logBody": "revoked"}, 401, "invalid_api_key")
 	admin.mustStatus(404, "DELETE", "/users/"+svcID+"/api-keys/"+keyID, nil)
 	admin.mustStatus(404, "DELETE", "/users/"+svcID+"/api-keys/not-an-id", nil)
+
+	// A live tail opened with a key ends when the key is revoked (the
+	// gateway re-checks a stream's credential every few seconds).
+	tailKey := admin.mustStatus(201, "POST", "/me/api-keys", map[string]any{"name": "tail", "scopes": []string{"logs:read"}})
+	req, _ := http.NewRequest("GET", gw2+"/log/tail", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+tailKey["secret"].(string))
+	resp, err := (&http.Client{Transport: checked(t, gw2, nil)}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("tail with a key: %d %v", resp.StatusCode, resp.Header)
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+	admin.mustStatus(200, "DELETE", "/me/api-keys/"+tailKey["apiKey"].(map[string]any)["id"].(string), nil)
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tail of a revoked key is still open")
+	}
+	admin.mustStatus(404, "DELETE", "/me/api-keys/"+tailKey["apiKey"].(map[string]any)["id"].(string), nil)
 
 	// The owner's role bounds a key: demoted, the service account's new
 	// key loses the log routes at once on every gateway.
