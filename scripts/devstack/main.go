@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -75,12 +76,29 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 	}
 	defer mi.Stop()
 
+	// A local mail catcher: the auth service's mail (password reset,
+	// address verification) is caught here instead of delivered.
+	fmt.Fprintln(out, "starting Mailpit, the mail catcher (built once from its module)...")
+	mailpitAddr := getenv("MAILPIT_ADDR")
+	if mailpitAddr == "" {
+		mailpitAddr = "127.0.0.1:8025"
+	}
+	mp, err := embedded.StartMailpit(ctx, embedded.MailpitOptions{HTTPAddr: mailpitAddr, Log: out})
+	if err != nil {
+		return err
+	}
+	defer mp.Stop()
+
 	fmt.Fprintln(out, "building the services...")
 	bins, err := stack.Build(ctx, "bin", false)
 	if err != nil {
 		return err
 	}
-	env := map[string]string{"AUTH_COOKIE_SECURE": "false"}
+	env := map[string]string{
+		"AUTH_COOKIE_SECURE": "false",
+		"AUTH_SMTP_HOST":     mp.SMTPHost, "AUTH_SMTP_PORT": strconv.Itoa(mp.SMTPPort), "AUTH_SMTP_TLS": "none",
+		"AUTH_PUBLIC_URL": "http://" + gatewayAddr,
+	}
 	for _, k := range []string{"LOG_LEVEL"} {
 		if v := getenv(k); v != "" {
 			env[k] = v
@@ -110,9 +128,12 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
    curl -b jar %[1]s/me
  Data: %[5]s   MongoDB wire: %[6]s   NATS: %[7]s   MinIO: %[8]s
  Metrics: gateway %[9]s  auth %[10]s  files %[11]s  logs %[12]s
+ Mail (password reset, address verification) is caught by Mailpit, not sent:
+   curl -s '%[13]s/api/v1/messages'             # what was caught (newest first)
+   curl -s '%[13]s/api/v1/message/<ID>'         # one message, text and HTML parts
 ================================================================
 `, p.GatewayURL, sec.AdminEmail, sec.AdminPassword, filepath.Join(dataDir, "dev-secrets.json"), dataDir, mongo.URI, ns.ClientURL(), mi.Endpoint,
-		p.MetricsURLs["gateway"], p.MetricsURLs["auth"], p.MetricsURLs["files"], p.MetricsURLs["logs"])
+		p.MetricsURLs["gateway"], p.MetricsURLs["auth"], p.MetricsURLs["files"], p.MetricsURLs["logs"], mp.API)
 
 	// Stop when asked or when a service dies.
 	died := make(chan string, len(p.Procs))

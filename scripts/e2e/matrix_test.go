@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,50 @@ const (
 	cOtherAu = "aud"     // straight to the service, an admin token from the real key for another service
 )
 
-var matrixCallers = []string{cNone, cExpired, cUser, cAdmin, cDirect, cForged, cOtherAu}
+// API key callers, through the gateway with Authorization: Bearer: an
+// administrator's key with one scope each, and a user's key with every scope.
+const (
+	cKeyFR   = "k:fr" // files:read
+	cKeyFW   = "k:fw" // files:write
+	cKeyLR   = "k:lr" // logs:read
+	cKeyLW   = "k:lw" // logs:write
+	cKeyUser = "k:user"
+)
+
+var keyScopes = map[string][]string{
+	cKeyFR: {"files:read"}, cKeyFW: {"files:write"}, cKeyLR: {"logs:read"}, cKeyLW: {"logs:write"},
+	cKeyUser: {"files:read", "files:write", "logs:read", "logs:write"},
+}
+
+var matrixCallers = []string{cNone, cExpired, cUser, cAdmin, cDirect, cForged, cOtherAu, cKeyFR, cKeyFW, cKeyLR, cKeyLW, cKeyUser}
+
+// expectedKey is the cell of an API key caller: keys are taken on file and
+// log routes only (403 elsewhere, except public routes, where the key is
+// ignored), with the scope the method needs (GET and HEAD read, the rest
+// write; else 403), and on administrators' routes only when the key's
+// owner is one (else 403).
+func expectedKey(r matrixRoute, caller string) int {
+	switch r.access {
+	case aPublic, aGateway:
+		return r.ok
+	case aService:
+		return 401
+	}
+	if r.service != "files" && r.service != "logs" {
+		return 403
+	}
+	scope := r.service + ":write"
+	if r.method == "GET" || r.method == "HEAD" {
+		scope = r.service + ":read"
+	}
+	if !slices.Contains(keyScopes[caller], scope) {
+		return 403
+	}
+	if r.access == aAdmin && caller == cKeyUser {
+		return 403
+	}
+	return r.ok
+}
 
 // Access classes and what each caller gets. ok is the route's own answer
 // for a caller it admits (the row says what that is).
@@ -119,6 +163,16 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/me/sessions", "auth", aSession, 200, nil},
 		{"DELETE", "/me/sessions", "auth", aSession, 200, nil},
 		{"DELETE", "/me/sessions/" + unknown, "auth", aSession, 404, nil},
+		{"POST", "/password/forgot", "auth", aPublic, 503, jsonBody(`{"email":"m@example.com"}`)}, // no mail on this platform
+		{"POST", "/password/reset", "auth", aPublic, 503, jsonBody(`{"token":"x","password":"matrix password"}`)},
+		{"POST", "/email/verify", "auth", aPublic, 503, jsonBody(`{"token":"x"}`)},
+		{"POST", "/me/email/verification", "auth", aSession, 503, nil},
+		{"GET", "/me/api-keys", "auth", aSession, 200, nil},
+		{"POST", "/me/api-keys", "auth", aSession, 400, jsonBody(`{}`)},
+		{"DELETE", "/me/api-keys/" + unknown, "auth", aSession, 404, nil},
+		{"GET", "/users/" + unknown + "/api-keys", "auth", aAdmin, 404, nil},
+		{"POST", "/users/" + unknown + "/api-keys", "auth", aAdmin, 400, jsonBody(`{}`)},
+		{"DELETE", "/users/" + unknown + "/api-keys/" + unknown, "auth", aAdmin, 404, nil},
 		{"POST", "/users", "auth", aAdmin, 400, jsonBody(`{}`)},
 		{"GET", "/users", "auth", aAdmin, 200, nil},
 		{"GET", "/users/" + unknown, "auth", aAdmin, 404, nil},
@@ -157,6 +211,15 @@ func TestAuthorizationMatrix(t *testing.T) {
 	expired := signIn(t, p.GatewayURL, "expired@example.com", matrixUser["password"])
 	expireSession(ctx, t, p, expired.cookie())
 	cookies := map[string]string{cUser: user.cookie(), cAdmin: admin.cookie(), cExpired: expired.cookie()}
+	keys := map[string]string{}
+	for caller, scopes := range keyScopes {
+		if caller == cKeyUser {
+			continue
+		}
+		keys[caller] = admin.mustStatus(201, "POST", "/me/api-keys", map[string]any{"name": caller, "scopes": scopes})["secret"].(string)
+	}
+	userID := user.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)["id"].(string)
+	keys[cKeyUser] = admin.mustStatus(201, "POST", "/users/"+userID+"/api-keys", map[string]any{"name": "user key", "scopes": keyScopes[cKeyUser]})["secret"].(string)
 
 	// Tokens for the direct calls: admin claims, signed with a stranger's
 	// key (forged) or with the gateway's key for another audience.
@@ -176,6 +239,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 		fmt.Fprintf(&table, "%-7s %-26s", r.method, strings.ReplaceAll(r.path, unknown, "{id}"))
 		for _, caller := range matrixCallers {
 			want := expected(r.access, r.ok, caller)
+			if keys[caller] != "" {
+				want = expectedKey(r, caller)
+			}
 			if want == 0 {
 				fmt.Fprintf(&table, " %*s", len(caller)+1, "-")
 				continue
@@ -197,6 +263,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 			}
 			if c := cookies[caller]; c != "" {
 				req.AddCookie(&http.Cookie{Name: "sessionId", Value: c})
+			}
+			if k := keys[caller]; k != "" {
+				req.Header.Set("Authorization", "Bearer "+k)
 			}
 			switch caller {
 			case cForged:

@@ -225,6 +225,11 @@ func credentialPresent(_ context.Context, in *openapi3filter.AuthenticationInput
 		if r.Header.Get(s.Name) != "" {
 			return nil
 		}
+	case s.Type == "http" && s.Scheme == "bearer":
+		if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+			return nil
+		}
+		return errors.New("no Authorization: Bearer header")
 	default:
 		return fmt.Errorf("security scheme %s (%s in %s) not supported by the check", in.SecuritySchemeName, s.Type, s.In)
 	}

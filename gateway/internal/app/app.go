@@ -186,6 +186,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// A lookup may wait for an auth replica (GATEWAY_RETRY_WAIT) and then
 	// still has its 5 s for the answer.
 	resolver.SetTimeout(5*time.Second + cfg.RetryWait)
+	// API keys (Authorization: Bearer) are resolved and cached the same
+	// way, through auth's GET /ms/apikey, and revoked by the same events.
+	keys := sessions.NewKeyResolver(groups["auth"], cfg.Credential, &http.Client{Transport: groups["auth"]}, cfg.SessionTTL)
+	keys.SetTimeout(5*time.Second + cfg.RetryWait)
 
 	// Revocations from auth over NATS. The gateway keeps serving while NATS
 	// is away (the cache TTL bounds staleness) and reconnects by itself.
@@ -207,19 +211,20 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// served after a NATS round trip proves every revocation published
 	// before the request has been applied (see sessions.Revocations): a
 	// sign-out through any gateway replica is refused by all of them at once.
-	revocations, err := sessions.NewRevocations(nc, cfg.SubjectPrefix+".auth.revoked", resolver, log)
+	revocations, err := sessions.NewRevocations(nc, cfg.SubjectPrefix+".auth.revoked", resolver, log, keys)
 	if err != nil {
 		return fmt.Errorf("nats subscribe: %w", err)
 	}
 	defer revocations.Close()
 	resolver.SetFence(revocations.Sync)
+	keys.SetFence(revocations.Sync)
 
 	// Server-sent-event streams end as shutdown begins (see below).
 	streams, stopStreams := context.WithCancel(context.Background())
 	defer stopStreams()
 	handler := proxy.New(proxy.Config{
 		Streams:   streams,
-		Upstreams: groups, Resolver: resolver, Signer: identity.NewSigner(key, cfg.TokenTTL),
+		Upstreams: groups, Resolver: resolver, Keys: keys, Signer: identity.NewSigner(key, cfg.TokenTTL),
 		AllowedOrigins: cfg.AllowedOrigins, Log: log, TokenTTL: cfg.TokenTTL,
 		BodyLimits: cfg.BodyLimits,
 	})
@@ -290,6 +295,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 			select {
 			case <-t.C:
 				resolver.Sweep()
+				keys.Sweep()
 			case <-stopSweep:
 				return
 			}

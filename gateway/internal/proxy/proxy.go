@@ -52,6 +52,8 @@ type Route struct {
 var Routes = []Route{
 	{Prefix: "/ms/me", Exact: true, Service: "auth", Access: Service},
 	{Prefix: "/signin", Exact: true, Service: "auth", Access: Public},
+	{Prefix: "/password", Service: "auth", Access: Public}, // forgot, reset: the mailed token is the proof
+	{Prefix: "/email", Service: "auth", Access: Public},    // verify: the mailed token is the proof
 	{Prefix: "/signout", Exact: true, Service: "auth", Access: Session},
 	{Prefix: "/me", Service: "auth", Access: Session},
 	{Prefix: "/users", Service: "auth", Access: Admin},
@@ -77,8 +79,11 @@ type Config struct {
 	// Upstreams are the services' balancers, by service name: each chooses
 	// the replica (address) of every request and retries where that is
 	// safe (see package upstream).
-	Upstreams      map[string]*upstream.Group
-	Resolver       *sessions.Resolver
+	Upstreams map[string]*upstream.Group
+	Resolver  *sessions.Resolver
+	// Keys resolves API keys (Authorization: Bearer acme_...); nil refuses
+	// them.
+	Keys           *sessions.Resolver
 	Signer         *identity.Signer
 	AllowedOrigins []string
 	Log            *slog.Logger
@@ -282,8 +287,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	}
 
 	claims := identity.Claims{ClientIP: clientIP(r)}
-	var hash, streamSID string
-	if route.Access == Session || route.Access == Admin {
+	var hash, streamSID, streamKey string
+	authz := r.Header.Get("Authorization")
+	r.Header.Del("Authorization") // never forwarded: an API key stays here
+	if authz != "" && (route.Access == Session || route.Access == Admin) {
+		id, ok := h.apiKey(w, r, route, authz)
+		if !ok {
+			return route.Service
+		}
+		claims.Subject, claims.Role = id.UserID, id.Role
+		streamKey = authz[len("Bearer "):]
+	} else if route.Access == Session || route.Access == Admin {
 		sid, status, code, msg := sessionFrom(r)
 		streamSID = sid
 		if status != 0 {
@@ -357,7 +371,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 			// session (cached, and fenced against revocations) every few
 			// seconds, and end the stream once the session is signed out,
 			// revoked or expired, or the user's role or identity changed.
-			go h.recheckStream(ctx, cancel, streamSID, claims)
+			go h.recheckStream(ctx, cancel, h.cfg.Resolver, streamSID, claims)
+		} else if streamKey != "" {
+			go h.recheckStream(ctx, cancel, h.cfg.Keys, streamKey, claims) // likewise for a revoked key
 		}
 	}
 	// Server-sent events: ReverseProxy flushes each write (text/event-stream),
@@ -368,10 +384,63 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	return route.Service
 }
 
+// APIScope is the scope an API key needs for a request to a service: read
+// for GET and HEAD, write for anything else, on files and logs routes; ""
+// for the other services, which refuse API keys (they manage accounts,
+// sessions and keys themselves).
+func APIScope(service, method string) string {
+	if service != "files" && service != "logs" {
+		return ""
+	}
+	if method == http.MethodGet || method == http.MethodHead {
+		return service + ":read"
+	}
+	return service + ":write"
+}
+
+// apiKey resolves the API key of an Authorization header for route and
+// checks it may be used there: the key's scope for the route and method,
+// and its owner's role for administrators' routes. It writes the refusal
+// and reports false.
+func (h *Handler) apiKey(w http.ResponseWriter, r *http.Request, route Route, authz string) (sessions.Identity, bool) {
+	key, ok := strings.CutPrefix(authz, "Bearer ")
+	if !ok || !sessions.KeyWellFormed(key) {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", "Authorization must be \"Bearer acme_...\" with an API key")
+		return sessions.Identity{}, false
+	}
+	scope := APIScope(route.Service, r.Method)
+	if scope == "" || h.cfg.Keys == nil {
+		writeError(w, http.StatusForbidden, "api_key_not_allowed", "API keys are accepted on file and log routes only; use a session here")
+		return sessions.Identity{}, false
+	}
+	id, err := h.cfg.Keys.Resolve(sessions.WithClientIP(r.Context(), clientIP(r)), key)
+	switch {
+	case errors.Is(err, sessions.ErrInvalid):
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", "the API key is unknown, expired or revoked")
+		return sessions.Identity{}, false
+	case err != nil:
+		h.cfg.Log.WarnContext(r.Context(), "api key resolution failed", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "auth_unavailable", "API keys cannot be checked right now, try again shortly")
+		return sessions.Identity{}, false
+	}
+	if !id.HasScope(scope) {
+		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="`+scope+`"`)
+		writeError(w, http.StatusForbidden, "insufficient_scope", "this API key lacks the scope "+scope)
+		return sessions.Identity{}, false
+	}
+	if route.Access == Admin && id.Role != identity.RoleAdmin {
+		writeError(w, http.StatusForbidden, "forbidden", "administrator role required (the API key's owner is not an administrator)")
+		return sessions.Identity{}, false
+	}
+	return id, true
+}
+
 // recheckStream ends a session's stream (cancel) when the session no
 // longer resolves to the same user and role. A failure to reach auth keeps
 // the stream: it is checked again at the next tick.
-func (h *Handler) recheckStream(ctx context.Context, cancel context.CancelFunc, sid string, claims identity.Claims) {
+func (h *Handler) recheckStream(ctx context.Context, cancel context.CancelFunc, res *sessions.Resolver, sid string, claims identity.Claims) {
 	every := h.cfg.StreamRecheck
 	if every <= 0 {
 		every = 2 * time.Second
@@ -384,7 +453,7 @@ func (h *Handler) recheckStream(ctx context.Context, cancel context.CancelFunc, 
 			return
 		case <-t.C:
 		}
-		id, err := h.cfg.Resolver.Resolve(ctx, sid)
+		id, err := res.Resolve(ctx, sid)
 		if errors.Is(err, sessions.ErrInvalid) || err == nil && (id.UserID != claims.Subject || id.Role != claims.Role) {
 			h.cfg.Log.InfoContext(ctx, "stream ended: the session changed")
 			cancel()

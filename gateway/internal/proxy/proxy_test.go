@@ -46,6 +46,7 @@ func TestTokenReuseOnlyForIdenticalClaims(t *testing.T) {
 func TestMatchRoutes(t *testing.T) {
 	for path, want := range map[string]string{
 		"/me": "auth", "/me/sessions": "auth", "/ms/me": "auth", "/signin": "auth", "/users/1": "auth",
+		"/password/forgot": "auth", "/password/reset": "auth", "/email/verify": "auth", "/me/email/verification": "auth",
 		"/upload/file": "files", "/images/x": "files", "/files": "files", "/log": "logs", "/log/log/1/APP": "logs",
 	} {
 		r, ok := match(path)
@@ -56,6 +57,18 @@ func TestMatchRoutes(t *testing.T) {
 	for _, path := range []string{"/", "/mee", "/signin/x", "/logs", "/ms/me/x", "/uploads"} {
 		if r, ok := match(path); ok {
 			t.Errorf("%s matched %v", path, r)
+		}
+	}
+}
+
+func TestAPIScope(t *testing.T) {
+	for _, c := range []struct{ service, method, want string }{
+		{"files", "GET", "files:read"}, {"files", "HEAD", "files:read"}, {"files", "POST", "files:write"},
+		{"files", "DELETE", "files:write"}, {"logs", "GET", "logs:read"}, {"logs", "POST", "logs:write"},
+		{"auth", "GET", ""}, {"auth", "POST", ""},
+	} {
+		if got := APIScope(c.service, c.method); got != c.want {
+			t.Errorf("APIScope(%s, %s) = %q, want %q", c.service, c.method, got, c.want)
 		}
 	}
 }

@@ -28,16 +28,24 @@ type Revocations struct {
 }
 
 // NewRevocations subscribes to subject on nc and applies every revocation
-// to r. Call Close when done; Sync is the fence (see Resolver.SetFence).
-func NewRevocations(nc *nats.Conn, subject string, r *Resolver, log *slog.Logger) (*Revocations, error) {
+// to r and to more (the API key resolver). Call Close when done; Sync is
+// the fence (see Resolver.SetFence).
+func NewRevocations(nc *nats.Conn, subject string, r *Resolver, log *slog.Logger, more ...*Resolver) (*Revocations, error) {
+	all := append([]*Resolver{r}, more...)
 	f, err := natsfence.New(nc, subject, func(data []byte) {
 		var rev Revocation
 		if err := json.Unmarshal(data, &rev); err != nil {
 			log.Warn("bad revocation message", "err", err)
 			return
 		}
-		r.Apply(rev)
-	}, r.Clear, log)
+		for _, r := range all {
+			r.Apply(rev)
+		}
+	}, func() {
+		for _, r := range all {
+			r.Clear()
+		}
+	}, log)
 	if err != nil {
 		return nil, err
 	}

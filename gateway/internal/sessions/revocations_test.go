@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,17 @@ func TestRevocationsEvictBeforeSyncReturns(t *testing.T) {
 	}
 	if _, ok := r.byHash["h3"]; !ok {
 		t.Error("session h3 was evicted, nothing revoked it")
+	}
+}
+
+func TestKeyWellFormed(t *testing.T) {
+	good := APIKeyPrefix + strings.Repeat("A", 43)
+	for s, want := range map[string]bool{
+		good: true, good[:len(good)-1]: false, good + "A": false, strings.Repeat("A", 48): false,
+		APIKeyPrefix + strings.Repeat("A", 42) + "!": false, strings.Repeat("A", 43): false,
+	} {
+		if KeyWellFormed(s) != want {
+			t.Errorf("KeyWellFormed(%q) = %v", s, !want)
+		}
 	}
 }

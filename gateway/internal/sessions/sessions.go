@@ -27,13 +27,27 @@ type Identity struct {
 	UserID    string
 	Role      string
 	SessionID string // public id
-	Hash      string // the cookie's hash, the key auth and revocations use
+	Hash      string // the cookie's (or API key's) hash, the key auth and revocations use
 	// Me is auth's answer to GET /me for this session, built from the
 	// user document /ms/me returned (the same User, the same message), so
 	// the gateway answers GET /me itself while the entry is trusted (see
-	// proxy). Nil when /ms/me's answer could not be re-encoded.
-	Me      []byte
+	// proxy). Nil when /ms/me's answer could not be re-encoded, and for
+	// API keys.
+	Me []byte
+	// For an API key (KeyResolver): its id and scopes; SessionID is empty.
+	KeyID   string
+	Scopes  []string
 	expires time.Time
+}
+
+// HasScope reports whether an API key's identity carries scope.
+func (id Identity) HasScope(scope string) bool {
+	for _, s := range id.Scopes {
+		if s == scope {
+			return true
+		}
+	}
+	return false
 }
 
 // Errors of Resolve.
@@ -83,6 +97,9 @@ type Resolver struct {
 	// (Revocations.Sync).
 	fence func(context.Context) error
 
+	// keys: this resolver resolves API keys (GET /ms/apikey), not sessions.
+	keys bool
+
 	mu     sync.RWMutex
 	byHash map[string]Identity
 	gen    map[string]uint64 // per-hash generation, bumped on eviction
@@ -95,6 +112,32 @@ func NewResolver(auth Upstream, credential string, client *http.Client, ttl time
 		byHash: map[string]Identity{}, gen: map[string]uint64{}}
 }
 
+// NewKeyResolver returns a Resolver of API keys (Authorization: Bearer),
+// asking auth's GET /ms/apikey and caching answers for ttl. Revocations name
+// a key by its hash like a session, and its owner among the users.
+func NewKeyResolver(auth Upstream, credential string, client *http.Client, ttl time.Duration) *Resolver {
+	r := NewResolver(auth, credential, client, ttl)
+	r.keys = true
+	return r
+}
+
+// APIKeyPrefix starts every API key.
+const APIKeyPrefix = "acme_"
+
+// KeyWellFormed reports whether s can be an API key: the prefix and 43
+// characters of base64url.
+func KeyWellFormed(s string) bool {
+	return len(s) == len(APIKeyPrefix)+43 && s[:len(APIKeyPrefix)] == APIKeyPrefix && WellFormed(s[len(APIKeyPrefix):])
+}
+
+type clientIPKey struct{}
+
+// WithClientIP tells an API key lookup the client's address (auth records
+// it in the audit trail when a key is used for the first time).
+func WithClientIP(ctx context.Context, ip string) context.Context {
+	return context.WithValue(ctx, clientIPKey{}, ip)
+}
+
 // SetTimeout bounds each call to auth (default 5 s), the balancer's wait
 // for a replica included. Set it before serving.
 func (r *Resolver) SetTimeout(d time.Duration) { r.timeout = d }
@@ -105,7 +148,7 @@ func (r *Resolver) SetFence(fence func(context.Context) error) { r.fence = fence
 
 // Resolve returns the identity of sessionID.
 func (r *Resolver) Resolve(ctx context.Context, sessionID string) (Identity, error) {
-	if !WellFormed(sessionID) {
+	if r.keys && !KeyWellFormed(sessionID) || !r.keys && !WellFormed(sessionID) {
 		return Identity{}, ErrInvalid
 	}
 	h := Hash(sessionID)
@@ -147,6 +190,10 @@ type msMeAnswer struct {
 	Session struct {
 		ID string `json:"id"`
 	} `json:"session"`
+	APIKey struct {
+		ID     string   `json:"id"`
+		Scopes []string `json:"scopes"`
+	} `json:"apiKey"`
 }
 
 type msMeUser struct {
@@ -163,8 +210,13 @@ type meAnswer struct {
 func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
-	body, _ := json.Marshal(map[string]string{"sessionId": sessionID})
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.auth.Next()+"/ms/me", bytes.NewReader(body))
+	path, body := "/ms/me", map[string]string{"sessionId": sessionID}
+	if r.keys {
+		ip, _ := ctx.Value(clientIPKey{}).(string)
+		path, body = "/ms/apikey", map[string]string{"apiKey": sessionID, "clientIp": ip}
+	}
+	raw, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.auth.Next()+path, bytes.NewReader(raw))
 	if err != nil {
 		return Identity{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -180,8 +232,11 @@ func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) 
 		var a msMeAnswer
 		var u msMeUser
 		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil ||
-			json.Unmarshal(a.User, &u) != nil || u.ID == "" {
-			return Identity{}, fmt.Errorf("%w: bad /ms/me answer", ErrUnavailable)
+			json.Unmarshal(a.User, &u) != nil || u.ID == "" || r.keys && a.APIKey.ID == "" {
+			return Identity{}, fmt.Errorf("%w: bad %s answer", ErrUnavailable, path)
+		}
+		if r.keys {
+			return Identity{UserID: u.ID, Role: u.RoleName, KeyID: a.APIKey.ID, Scopes: a.APIKey.Scopes, Hash: Hash(sessionID)}, nil
 		}
 		id := Identity{UserID: u.ID, Role: u.RoleName, SessionID: a.Session.ID, Hash: Hash(sessionID)}
 		if me, err := json.Marshal(meAnswer{Message: a.Message, User: a.User}); err == nil {
@@ -198,7 +253,7 @@ func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) 
 		}
 		return Identity{}, ErrInvalid
 	default:
-		return Identity{}, fmt.Errorf("%w: /ms/me answered %d", ErrUnavailable, resp.StatusCode)
+		return Identity{}, fmt.Errorf("%w: %s answered %d", ErrUnavailable, path, resp.StatusCode)
 	}
 }
 

@@ -6,15 +6,21 @@ import { profilePage } from './profile.js';
 import { filesPage } from './files.js';
 import { usersPage } from './users.js';
 import { logsPage } from './logs.js';
+import { forgotPage, resetPage, verifyPage } from './account.js';
+import { auditPage } from './audit.js';
 
 export const state = { user: null, cleanup: null };
 
 const routes = {
   '/signin': { page: signinPage, title: 'Sign in', public: true },
+  '/forgot': { page: forgotPage, title: 'Forgot password', public: true },
+  '/reset': { page: resetPage, title: 'New password', public: true },
+  '/verify': { page: verifyPage, title: 'E-mail address', any: true },
   '/profile': { page: profilePage, title: 'Profile' },
   '/files': { page: filesPage, title: 'Files' },
   '/users': { page: usersPage, title: 'Users', admin: true },
   '/logs': { page: logsPage, title: 'Logs', admin: true },
+  '/audit': { page: auditPage, title: 'Audit trail', admin: true },
 };
 
 export function go(path) {
@@ -51,7 +57,7 @@ async function render() {
   const path = location.hash.slice(1).split('?')[0] || '/profile';
   const route = routes[path];
   if (!route) return go('/profile');
-  if (!route.public && !state.user) return go('/signin');
+  if (!route.public && !route.any && !state.user) return go('/signin');
   if (route.public && state.user) return go('/profile');
   if (route.admin && state.user.roleName !== 'admin') {
     say('That page is for administrators.', 'error');

@@ -1,5 +1,6 @@
 import { api, upload } from './api.js';
 import { h, field, errorBox, say, fmtDate } from './dom.js';
+import { apiKeysSection } from './apikeys.js';
 
 const editable = ['fullName', 'email', 'sector', 'avatarUrl'];
 const messages = {
@@ -23,6 +24,8 @@ export async function profilePage(main, state) {
     h('div', { class: 'row' }, avatar, h('dl', { class: 'facts' },
       h('dt', {}, 'Role'), h('dd', {}, u.roleName),
       h('dt', {}, 'EDV'), h('dd', {}, u.edv),
+      h('dt', {}, 'E-mail'), h('dd', {}, u.emailVerified ? 'confirmed' : h('span', {}, 'not confirmed ',
+        h('button', { type: 'button', class: 'small', onclick: resend }, 'Send a new link'))),
       h('dt', {}, 'Member since'), h('dd', {}, fmtDate(u.createdAt)))),
     err,
     field('Full name', 'fullName', { value: u.fullName, autocomplete: 'name' }),
@@ -42,10 +45,18 @@ export async function profilePage(main, state) {
     try {
       const r = await api('PATCH', '/me', patch);
       Object.assign(u, r.user);
-      say('Profile saved.');
+      if (patch.email && r.user.email !== patch.email) {
+        form.email.value = u.email;
+        say(`Profile saved. The new address takes effect once you open the link sent to ${patch.email}.`);
+      } else say('Profile saved.');
       refreshAvatar();
     } catch (e) { err.show(messages[e.code] || e.message); }
   });
+
+  async function resend() {
+    try { await api('POST', '/me/email/verification'); say('A new confirmation link is on its way.'); }
+    catch (e) { err.show(e.code === 'mail_disabled' ? 'This platform sends no e-mail.' : e.message); }
+  }
 
   function refreshAvatar() {
     avatar.hidden = !u.avatarUrl;
@@ -129,6 +140,6 @@ export async function profilePage(main, state) {
     catch (e) { serr.show(e.message); }
   }
 
-  main.append(form, avatarForm, pform, sessions);
+  main.append(form, avatarForm, pform, sessions, apiKeysSection());
   loadSessions();
 }

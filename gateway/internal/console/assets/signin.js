@@ -6,6 +6,7 @@ const messages = {
   invalid_credentials: 'The e-mail or the password is wrong.',
   invalid_email: 'Enter a valid e-mail address.',
   invalid_password: 'The password must be 8 to 1024 characters long.',
+  email_unverified: 'Confirm your e-mail address first: open the link sent to it.',
 };
 
 export function signinPage(main) {
@@ -17,7 +18,8 @@ export function signinPage(main) {
     err,
     field('E-mail', 'email', { type: 'email', autocomplete: 'username', required: true }),
     field('Password', 'password', { type: 'password', autocomplete: 'current-password', required: true }),
-    button);
+    button,
+    h('p', {}, h('a', { href: '#/forgot' }, 'Forgot your password?')));
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     err.show('');

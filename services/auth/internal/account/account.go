@@ -28,8 +28,11 @@ type User struct {
 	AvatarURL    *string
 	Role         string
 	PasswordHash string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// EmailVerified: the user has opened a verification (or password
+	// reset) link sent to Email.
+	EmailVerified bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // Session is a signed-in browser or client. The secret (the cookie value) is
@@ -49,19 +52,20 @@ type Session struct {
 // UserPatch lists the fields to change; nil means unchanged. An empty string
 // in Sector or AvatarURL clears the field.
 type UserPatch struct {
-	Email        *string
-	FullName     *string
-	Sector       *string
-	EDV          *string
-	AvatarURL    *string
-	Role         *string
-	PasswordHash *string
+	Email         *string
+	FullName      *string
+	Sector        *string
+	EDV           *string
+	AvatarURL     *string
+	Role          *string
+	PasswordHash  *string
+	EmailVerified *bool
 }
 
 // Empty reports whether the patch changes nothing.
 func (p UserPatch) Empty() bool {
 	return p.Email == nil && p.FullName == nil && p.Sector == nil && p.EDV == nil &&
-		p.AvatarURL == nil && p.Role == nil && p.PasswordHash == nil
+		p.AvatarURL == nil && p.Role == nil && p.PasswordHash == nil && p.EmailVerified == nil
 }
 
 // UserStore keeps users. E-mails are unique case-insensitively.
@@ -161,13 +165,30 @@ var (
 	ErrEmptyPatch         = errors.New("at least one property must be sent")
 	ErrSelfDelete         = errors.New("administrators cannot delete themselves")
 	ErrSelfDemote         = errors.New("administrators cannot remove their own admin role")
+	ErrInvalidToken       = errors.New("the link is invalid, has expired or was already used")
+	ErrMailDisabled       = errors.New("mail is not configured")
+	ErrBusy               = errors.New("too much work queued")
+	ErrEmailUnverified    = errors.New("the e-mail address is not verified")
+	ErrAlreadyVerified    = errors.New("the e-mail address is already verified")
 )
 
-// ThrottledError says sign-in is locked for RetryAfter.
-type ThrottledError struct{ RetryAfter time.Duration }
+// ThrottledError says sign-in (or, with What set, another action) is
+// locked for RetryAfter.
+type ThrottledError struct {
+	RetryAfter time.Duration
+	What       string // "" is "too many failed sign-ins"
+}
 
 func (e *ThrottledError) Error() string {
-	return fmt.Sprintf("too many failed sign-ins, retry after %s", e.RetryAfter)
+	return fmt.Sprintf("%s, retry after %s", e.Message(), e.RetryAfter)
+}
+
+// Message is the client-facing text.
+func (e *ThrottledError) Message() string {
+	if e.What != "" {
+		return e.What
+	}
+	return "too many failed sign-ins"
 }
 
 // ValidationError is bad input in one field.

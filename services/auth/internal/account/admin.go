@@ -15,6 +15,9 @@ type NewUserInput struct {
 	Sector    *string
 	AvatarURL *string
 	Role      string // "" means user
+	// Verified marks the address verified (the bootstrap administrator's,
+	// set by the operator); otherwise, with mail on, a link is sent.
+	Verified bool
 }
 
 // CreateUser validates and stores a new user; ErrEmailTaken.
@@ -38,17 +41,27 @@ func (s *Service) CreateUser(ctx context.Context, in NewUserInput) (User, error)
 	}
 	t := s.now()
 	u := User{
-		Email:        *up.Email,
-		FullName:     *up.FullName,
-		EDV:          *up.EDV,
-		Sector:       emptyToNil(up.Sector),
-		AvatarURL:    emptyToNil(up.AvatarURL),
-		Role:         in.Role,
-		PasswordHash: h,
-		CreatedAt:    t,
-		UpdatedAt:    t,
+		Email:         *up.Email,
+		FullName:      *up.FullName,
+		EDV:           *up.EDV,
+		Sector:        emptyToNil(up.Sector),
+		AvatarURL:     emptyToNil(up.AvatarURL),
+		Role:          in.Role,
+		PasswordHash:  h,
+		EmailVerified: in.Verified,
+		CreatedAt:     t,
+		UpdatedAt:     t,
 	}
-	return s.users.Create(ctx, u)
+	u, err = s.users.Create(ctx, u)
+	if err != nil {
+		return User{}, err
+	}
+	if s.mail != nil && !u.EmailVerified {
+		if err := s.sendVerification(ctx, u, u.Email); err != nil {
+			s.log.WarnContext(ctx, "new user: verification link not sent", "user", u.ID, "err", err)
+		}
+	}
+	return u, nil
 }
 
 func emptyToNil(p *string) *string {
@@ -112,8 +125,17 @@ func (s *Service) UpdateUser(ctx context.Context, actorID, id string, p AdminPat
 			return User{}, err
 		}
 	}
-	if _, err := s.users.ByID(ctx, id); err != nil {
+	before, err := s.users.ByID(ctx, id)
+	if err != nil {
 		return User{}, err
+	}
+	// An administrator's change of address applies at once; the new
+	// address is unverified until its owner opens the link sent to it, and
+	// the old address is told.
+	emailChanged := up.Email != nil && *up.Email != before.Email
+	if emailChanged && NormalizeEmail(*up.Email) != NormalizeEmail(before.Email) {
+		no := false
+		up.EmailVerified = &no
 	}
 	if p.NewPassword != nil {
 		h, err := s.hasher.Hash(ctx, *p.NewPassword)
@@ -139,6 +161,12 @@ func (s *Service) UpdateUser(ctx context.Context, actorID, id string, p AdminPat
 		}
 	}
 	s.revoke(ctx, rev)
+	if emailChanged && s.mail != nil && up.EmailVerified != nil {
+		if err := s.sendVerification(ctx, u, u.Email); err != nil {
+			s.log.WarnContext(ctx, "changed address: verification link not sent", "user", u.ID, "err", err)
+		}
+		s.notifyEmailChange(ctx, before, u.Email)
+	}
 	return u, nil
 }
 
@@ -156,6 +184,11 @@ func (s *Service) DeleteUser(ctx context.Context, actorID, id string) error {
 		return err
 	}
 	ended, err := s.sessions.DeleteByUser(ctx, u.ID, "")
+	if s.keys != nil && err == nil {
+		var keys []string
+		keys, err = s.keys.DeleteByUser(ctx, u.ID)
+		ended = append(ended, keys...)
+	}
 	s.revoke(ctx, Revocation{Sessions: ended, Users: []string{u.ID}})
 	return err
 }
@@ -175,7 +208,7 @@ func (s *Service) EnsureAdmin(ctx context.Context, email, pw string) (created bo
 		pw = base64.RawURLEncoding.EncodeToString(randomBytes(15))
 		generated = pw
 	}
-	_, err = s.CreateUser(ctx, NewUserInput{Email: email, Password: pw, FullName: "Administrator", EDV: "admin", Role: RoleAdmin})
+	_, err = s.CreateUser(ctx, NewUserInput{Email: email, Password: pw, FullName: "Administrator", EDV: "admin", Role: RoleAdmin, Verified: true})
 	if errors.Is(err, ErrEmailTaken) {
 		return false, "", nil
 	}

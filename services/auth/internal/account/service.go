@@ -30,7 +30,10 @@ type Service struct {
 	throttle ThrottleStore
 	hasher   *password.Hasher
 	pub      Publisher
-	cache    UserCache // nil: every read goes to the store
+	cache    UserCache   // nil: every read goes to the store
+	mail     *mailState  // nil: mail is off
+	events   EventSink   // nil: events are not recorded
+	keys     APIKeyStore // nil: API keys are off
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
@@ -231,6 +234,9 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 			s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
 		}
 	}
+	if s.mail != nil && s.mail.cfg.RequireVerify && !u.EmailVerified {
+		return "", Session{}, u, ErrEmailUnverified
+	}
 	if rehash {
 		if h, err := s.hasher.Hash(ctx, in.Password); err != nil {
 			s.log.WarnContext(ctx, "re-hash password", "user", u.ID, "err", err)
@@ -359,6 +365,20 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 	if err != nil {
 		return User{}, nil, err
 	}
+	// With mail on, a new address takes effect only once a link sent to
+	// it is opened (VerifyEmail); the current address is told.
+	var pendingEmail string
+	if s.mail != nil && up.Email != nil {
+		if *up.Email != u.Email {
+			if other, err := s.users.ByEmail(ctx, *up.Email); err == nil && other.ID != u.ID {
+				return User{}, nil, ErrEmailTaken
+			} else if err != nil && !errors.Is(err, ErrUserNotFound) {
+				return User{}, nil, err
+			}
+			pendingEmail = *up.Email
+		}
+		up.Email = nil
+	}
 	if p.Password != nil {
 		// Guessing the current password through a stolen session counts
 		// against the account like failed sign-ins.
@@ -384,6 +404,16 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 		}
 		up.PasswordHash = &h
 	}
+	if pendingEmail != "" {
+		if err := s.sendVerification(ctx, u, pendingEmail); err != nil {
+			return User{}, nil, err
+		}
+		s.notifyEmailChange(ctx, u, pendingEmail)
+		s.event(ctx, Event{Type: EventEmailChangeAsked, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client, Detail: map[string]any{"to": pendingEmail}})
+		if up.Empty() {
+			return u, nil, nil
+		}
+	}
 	id := u.ID
 	u, err = s.users.Update(ctx, id, up, s.now())
 	if err != nil {
@@ -392,6 +422,12 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 			return User{}, nil, ErrUserGone
 		}
 		return User{}, nil, err
+	}
+	if up.PasswordHash != nil {
+		s.event(ctx, Event{Type: EventPasswordChanged, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client})
+	}
+	if up.Email != nil && *up.Email != "" {
+		s.event(ctx, Event{Type: EventEmailChanged, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client})
 	}
 	// The user changed: every cache (this replica's, the other replicas',
 	// the gateways') learns it before the answer, whatever fails below.
@@ -527,6 +563,9 @@ func (s *Service) Sweep(ctx context.Context) error {
 	t := s.now()
 	n, err := s.sessions.DeleteExpired(ctx, t, t.Add(-s.cfg.SessionIdle))
 	if err != nil {
+		return err
+	}
+	if err := s.sweepTokens(ctx); err != nil {
 		return err
 	}
 	if n > 0 {

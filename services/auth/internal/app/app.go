@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -24,7 +25,9 @@ import (
 	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/auth/internal/account"
+	"github.com/acme/platform/services/auth/internal/audit"
 	"github.com/acme/platform/services/auth/internal/httpapi"
+	"github.com/acme/platform/services/auth/internal/mailer"
 	"github.com/acme/platform/services/auth/internal/mongostore"
 	"github.com/acme/platform/services/auth/internal/password"
 	"github.com/acme/platform/services/auth/internal/revocation"
@@ -60,6 +63,9 @@ type Config struct {
 	MetricsInterval time.Duration
 	UserCacheTTL    time.Duration // 0 disables the user cache
 	UserCacheSize   int
+	AuditApp        string        // empty: no audit trail
+	SMTP            mailer.Config // SMTP.Host empty: mail is off
+	Mail            account.MailConfig
 }
 
 // LoadConfig reads the configuration; see README.md for the table.
@@ -114,6 +120,27 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	c.MetricsInterval = r.Duration("METRICS_INTERVAL", 30*time.Second)
 	c.UserCacheTTL = r.Duration("USER_CACHE_TTL", 30*time.Second)
 	c.UserCacheSize = r.Int("USER_CACHE_SIZE", 10000)
+	c.AuditApp = r.String("AUDIT_APP", "ACME-AUTH")
+	c.SMTP = mailer.Config{
+		Host:         r.String("SMTP_HOST", ""),
+		Port:         r.Int("SMTP_PORT", 587),
+		TLS:          r.String("SMTP_TLS", mailer.StartTLS),
+		User:         r.String("SMTP_USER", ""),
+		Password:     r.Secret("SMTP_PASSWORD", ""),
+		From:         r.String("SMTP_FROM", "ACME Platform <no-reply@acme.local>"),
+		Timeout:      r.Duration("SMTP_TIMEOUT", 30*time.Second),
+		TemplatesDir: r.String("MAIL_TEMPLATES_DIR", ""),
+	}
+	resetWindow := r.Duration("RESET_THROTTLE_WINDOW", time.Hour)
+	c.Mail = account.MailConfig{
+		PublicURL:     r.String("PUBLIC_URL", "http://127.0.0.1:8080"),
+		ResetTTL:      r.Duration("RESET_TTL", 30*time.Minute),
+		VerifyTTL:     r.Duration("VERIFY_TTL", 48*time.Hour),
+		ResetAccount:  account.ThrottleRule{Max: r.Int("RESET_THROTTLE_ACCOUNT_MAX", 3), Window: resetWindow, Lock: resetWindow, LockMax: resetWindow},
+		ResetAddress:  account.ThrottleRule{Max: r.Int("RESET_THROTTLE_ADDRESS_MAX", 20), Window: resetWindow, Lock: resetWindow, LockMax: resetWindow},
+		RequireVerify: r.Bool("REQUIRE_VERIFIED_EMAIL", false),
+		MaxPending:    r.Int("MAIL_MAX_PENDING", 64),
+	}
 	if err := r.Err(); err != nil {
 		return c, r, err
 	}
@@ -150,6 +177,26 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.UserCacheTTL < 0 || c.UserCacheSize < 1 {
 		problems = append(problems, "AUTH_USER_CACHE_TTL must not be negative and AUTH_USER_CACHE_SIZE must be at least 1")
+	}
+	if c.AuditApp != "" && c.AuditApp != "off" && !logclient.ValidToken(c.AuditApp) {
+		problems = append(problems, "AUTH_AUDIT_APP must be an application name (no dots, spaces or wildcards), or off")
+	}
+	if c.AuditApp == "off" {
+		c.AuditApp = ""
+	}
+	if c.SMTP.Host != "" {
+		if _, err := mailer.New(c.SMTP); err != nil {
+			problems = append(problems, "AUTH_SMTP_*: "+err.Error())
+		}
+		if u, err := url.Parse(c.Mail.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			problems = append(problems, "AUTH_PUBLIC_URL must be an absolute http(s) URL (the gateway's public address, used in links)")
+		}
+		if c.Mail.ResetTTL <= 0 || c.Mail.VerifyTTL <= 0 || resetWindow <= 0 || c.Mail.MaxPending < 1 || c.SMTP.Timeout <= 0 {
+			problems = append(problems, "AUTH_RESET_TTL, AUTH_VERIFY_TTL, AUTH_RESET_THROTTLE_WINDOW, AUTH_SMTP_TIMEOUT must be positive and AUTH_MAIL_MAX_PENDING at least 1")
+		}
+		c.Mail.SendTimeout = c.SMTP.Timeout + 10*time.Second
+	} else if c.Mail.RequireVerify {
+		problems = append(problems, "AUTH_REQUIRE_VERIFIED_EMAIL needs mail: set AUTH_SMTP_HOST")
 	}
 	if len(problems) > 0 {
 		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
@@ -220,12 +267,44 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// Lines logged with a request's context carry its id.
 	log = web.WithRequestIDs(log)
 
+	// Security events go to the log store as records of AUTH_AUDIT_APP.
+	var sink *audit.Sink
+	closeAudit := func() {}
+	if cfg.AuditApp != "" {
+		ac, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+		if err != nil {
+			return err
+		}
+		closeAudit = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = ac.Close(ctx)
+		}
+		defer func() { closeAudit() }() // idempotent
+		sink = audit.New(ac, cfg.AuditApp, log)
+	}
+
 	hasher, err := password.NewHasher(cfg.Argon2, cfg.HashConcurrency)
 	if err != nil {
 		return err
 	}
 	svc := account.NewService(mongostore.NewUsers(db), mongostore.NewSessions(db), mongostore.NewThrottle(db),
 		hasher, revocation.NewPublisher(nc, cfg.SubjectPrefix, log), cfg.Account, log)
+	if sink != nil {
+		svc.SetEvents(sink)
+	}
+	svc.SetAPIKeys(mongostore.NewAPIKeys(db))
+
+	if cfg.SMTP.Host != "" {
+		m, err := mailer.New(cfg.SMTP)
+		if err != nil {
+			return err
+		}
+		svc.SetMail(m, mongostore.NewTokens(db), cfg.Mail)
+		defer svc.Close() // after the server stops: deliveries under way finish
+	} else {
+		log.Info("mail is off (AUTH_SMTP_HOST not set): no password reset, no address verification")
+	}
 
 	// Users read by GET /me and /ms/me are cached (AUTH_USER_CACHE_TTL).
 	// Every replica applies the revocations auth publishes (they name every
@@ -290,6 +369,8 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	err = web.Serve(ctx, app, cfg.Addr, cfg.ShutdownTimeout, ready)
 	stopBG()
 	bg.Wait()
+	svc.Close() // mail deliveries under way finish (within AUTH_SMTP_TIMEOUT + 10s)
+	closeAudit()
 	closeSelfLog()
 	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
 		log.Warn("nats drain", "err", derr)

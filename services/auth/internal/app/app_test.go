@@ -47,6 +47,11 @@ func TestRefusesToStartMisconfigured(t *testing.T) {
 		"badDuration":         {set: map[string]string{"AUTH_SESSION_TTL": "forever"}, message: "SESSION_TTL"},
 		"badArgon2":           {set: map[string]string{"AUTH_ARGON2_TIME": "0"}, message: "ARGON2"},
 		"zeroReadTimeout":     {set: map[string]string{"AUTH_READ_TIMEOUT": "0s"}, message: "AUTH_READ_TIMEOUT"},
+		"verifyWithoutMail":   {set: map[string]string{"AUTH_REQUIRE_VERIFIED_EMAIL": "true"}, message: "AUTH_REQUIRE_VERIFIED_EMAIL"},
+		"badSMTPMode":         {set: map[string]string{"AUTH_SMTP_HOST": "127.0.0.1", "AUTH_SMTP_TLS": "ssl"}, message: "AUTH_SMTP_"},
+		"badSMTPFrom":         {set: map[string]string{"AUTH_SMTP_HOST": "127.0.0.1", "AUTH_SMTP_FROM": "nobody"}, message: "AUTH_SMTP_"},
+		"badPublicURL":        {set: map[string]string{"AUTH_SMTP_HOST": "127.0.0.1", "AUTH_PUBLIC_URL": "console"}, message: "AUTH_PUBLIC_URL"},
+		"badAuditApp":         {set: map[string]string{"AUTH_AUDIT_APP": "a.b"}, message: "AUTH_AUDIT_APP"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			env := srv.NewEnv(t)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,17 +28,28 @@ func (a *API) signIn(c *fiber.Ctx) error {
 	if body.Password == nil {
 		return web.FieldError("password", "missing_field", "password is required")
 	}
-	secret, sess, _, err := a.svc.SignIn(c.UserContext(), account.SignInInput{
-		Email: *body.Email, Password: *body.Password, Client: client(c),
+	cl := client(c)
+	secret, sess, u, err := a.svc.SignIn(c.UserContext(), account.SignInInput{
+		Email: *body.Email, Password: *body.Password, Client: cl,
 	})
 	var te *account.ThrottledError
+	ev := account.Event{Target: u.ID, TargetEmail: strings.Clone(*body.Email), Client: cl}
 	switch {
 	case err == nil:
 		a.opts.Meter.SignIn(SignInOK)
+		ev.Type, ev.Actor, ev.TargetEmail = account.EventSignIn, u.ID, u.Email
+		ev.Detail = map[string]any{"session": sess.PublicID}
 	case errors.Is(err, account.ErrInvalidCredentials):
 		a.opts.Meter.SignIn(SignInFailed)
+		ev.Type = account.EventSignInFailed
 	case errors.As(err, &te):
 		a.opts.Meter.SignIn(SignInThrottled)
+		ev.Type = account.EventSignInThrottled
+	case errors.Is(err, account.ErrEmailUnverified):
+		ev.Type, ev.TargetEmail = account.EventSignInUnverified, u.Email
+	}
+	if ev.Type != "" {
+		a.svc.Record(c.UserContext(), ev)
 	}
 	if err != nil {
 		return apiError(c, err)
@@ -112,10 +124,12 @@ func (a *API) patchMe(c *fiber.Ctx) error {
 
 // DELETE /signout
 func (a *API) signOut(c *fiber.Ctx) error {
-	err := a.svc.SignOut(c.UserContext(), caller(c))
+	cl := caller(c)
+	err := a.svc.SignOut(c.UserContext(), cl)
 	if err != nil && !errors.Is(err, account.ErrSessionNotFound) {
 		return apiError(c, err)
 	}
+	a.svc.Record(c.UserContext(), account.Event{Type: account.EventSignOut, Actor: cl.UserID, Target: cl.UserID, Client: cl.Client, Detail: map[string]any{"session": cl.SessionID}})
 	// Signing out of a session that has already ended still clears the
 	// cookie and succeeds: the caller's goal is reached.
 	a.clearSessionCookie(c)
@@ -156,6 +170,7 @@ func (a *API) endSession(c *fiber.Ctx) error {
 	if err := a.svc.EndSession(c.UserContext(), cl.UserID, id); err != nil {
 		return apiError(c, err)
 	}
+	a.svc.Record(c.UserContext(), account.Event{Type: account.EventSessionEnded, Actor: cl.UserID, Target: cl.UserID, Client: cl.Client, Detail: map[string]any{"session": id}})
 	if id == cl.SessionID {
 		a.clearSessionCookie(c)
 	}
@@ -164,10 +179,12 @@ func (a *API) endSession(c *fiber.Ctx) error {
 
 // DELETE /me/sessions: every session but the current one.
 func (a *API) endOtherSessions(c *fiber.Ctx) error {
-	n, err := a.svc.EndOtherSessions(c.UserContext(), caller(c))
+	cl := caller(c)
+	n, err := a.svc.EndOtherSessions(c.UserContext(), cl)
 	if err != nil {
 		return apiError(c, err)
 	}
+	a.svc.Record(c.UserContext(), account.Event{Type: account.EventSessionEnded, Actor: cl.UserID, Target: cl.UserID, Client: cl.Client, Detail: map[string]any{"others": n}})
 	return c.JSON(fiber.Map{"message": "other sessions ended", "ended": n})
 }
 
@@ -207,6 +224,8 @@ func (a *API) createUser(c *fiber.Ctx) error {
 	if err != nil {
 		return apiError(c, err)
 	}
+	cl := caller(c)
+	a.svc.Record(c.UserContext(), account.Event{Type: account.EventUserCreated, Actor: cl.UserID, Target: u.ID, TargetEmail: u.Email, Client: cl.Client, Detail: map[string]any{"roleName": u.Role}})
 	return c.Status(http.StatusCreated).JSON(fiber.Map{"message": "user created", "user": toUserJSON(u)})
 }
 
@@ -278,17 +297,35 @@ func (a *API) patchUser(c *fiber.Ctx) error {
 		}
 		p.NewPassword = body.Password.New
 	}
-	u, err := a.svc.UpdateUser(c.UserContext(), caller(c).UserID, strings.Clone(c.Params("id")), p)
+	cl := caller(c)
+	u, err := a.svc.UpdateUser(c.UserContext(), cl.UserID, strings.Clone(c.Params("id")), p)
 	if err != nil {
 		return apiError(c, err)
 	}
+	// Which properties changed, never their values (a password among them).
+	var changed []string
+	for name, set := range map[string]bool{"email": p.Email != nil, "fullName": p.FullName != nil, "sector": p.Sector != nil,
+		"edv": p.EDV != nil, "avatarUrl": p.AvatarURL != nil, "roleName": p.Role != nil, "password": p.NewPassword != nil} {
+		if set {
+			changed = append(changed, name)
+		}
+	}
+	slices.Sort(changed)
+	detail := map[string]any{"changed": changed}
+	if p.Role != nil {
+		detail["roleName"] = u.Role
+	}
+	a.svc.Record(c.UserContext(), account.Event{Type: account.EventUserChanged, Actor: cl.UserID, Target: u.ID, TargetEmail: u.Email, Client: cl.Client, Detail: detail})
 	return c.JSON(fiber.Map{"message": "user edited", "user": toUserJSON(u)})
 }
 
 // DELETE /users/:id (admin)
 func (a *API) deleteUser(c *fiber.Ctx) error {
-	if err := a.svc.DeleteUser(c.UserContext(), caller(c).UserID, strings.Clone(c.Params("id"))); err != nil {
+	cl := caller(c)
+	id := strings.Clone(c.Params("id"))
+	if err := a.svc.DeleteUser(c.UserContext(), cl.UserID, id); err != nil {
 		return apiError(c, err)
 	}
+	a.svc.Record(c.UserContext(), account.Event{Type: account.EventUserDeleted, Actor: cl.UserID, Target: id, Client: cl.Client})
 	return c.JSON(fiber.Map{"message": "user deleted"})
 }

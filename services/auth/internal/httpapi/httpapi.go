@@ -62,8 +62,8 @@ type API struct {
 }
 
 // Register mounts the routes on app. /healthz and /readyz must already be
-// registered: every route registered here except /ms/me, and every unknown
-// path, requires an identity token.
+// registered: every route registered here except /ms/me and /ms/apikey, and
+// every unknown path, requires an identity token.
 func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Options) error {
 	if len(o.ServiceCredentials) == 0 {
 		return errors.New("no service credential configured: set AUTH_SERVICE_CREDENTIALS or SERVICE_CREDENTIAL")
@@ -81,6 +81,7 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 
 	app.Use(a.deadline, noStore)
 	app.Get("/ms/me", a.serviceMe)
+	app.Get("/ms/apikey", a.serviceAPIKey)
 
 	app.Use(web.RequireIdentity(v))
 	app.Post("/signin", a.signIn)
@@ -90,12 +91,24 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 	app.Get("/me/sessions", web.RequireUser, a.listSessions)
 	app.Delete("/me/sessions", web.RequireUser, a.endOtherSessions)
 	app.Delete("/me/sessions/:id", web.RequireUser, a.endSession)
+	app.Post("/me/email/verification", web.RequireUser, a.resendVerification)
+	app.Get("/me/api-keys", web.RequireUser, a.listAPIKeys)
+	app.Post("/me/api-keys", web.RequireUser, a.createAPIKey)
+	app.Delete("/me/api-keys/:key", web.RequireUser, a.revokeAPIKey)
+
+	// Without a session: the link's token is the proof.
+	app.Post("/password/forgot", a.forgotPassword)
+	app.Post("/password/reset", a.resetPassword)
+	app.Post("/email/verify", a.verifyEmail)
 
 	app.Post("/users", web.RequireAdmin, a.createUser)
 	app.Get("/users", web.RequireAdmin, a.listUsers)
 	app.Get("/users/:id", web.RequireAdmin, a.getUser)
 	app.Patch("/users/:id", web.RequireAdmin, a.patchUser)
 	app.Delete("/users/:id", web.RequireAdmin, a.deleteUser)
+	app.Get("/users/:id/api-keys", web.RequireAdmin, a.listAPIKeys)
+	app.Post("/users/:id/api-keys", web.RequireAdmin, a.createAPIKey)
+	app.Delete("/users/:id/api-keys/:key", web.RequireAdmin, a.revokeAPIKey)
 	return nil
 }
 
@@ -125,12 +138,15 @@ type userJSON struct {
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 	RoleName  string    `json:"roleName"`
+	// EmailVerified: the user opened a link sent to Email.
+	EmailVerified bool `json:"emailVerified"`
 }
 
 func toUserJSON(u account.User) userJSON {
 	return userJSON{
 		ID: u.ID, Email: u.Email, FullName: u.FullName, Sector: u.Sector, EDV: u.EDV,
 		AvatarURL: u.AvatarURL, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt, RoleName: u.Role,
+		EmailVerified: u.EmailVerified,
 	}
 }
 
@@ -197,6 +213,14 @@ var (
 	errEmptyPatch         = web.Errorf(http.StatusBadRequest, "empty_patch", "send at least one property to change")
 	errSelfDelete         = web.Errorf(http.StatusConflict, "cannot_delete_self", "administrators cannot delete their own account")
 	errSelfDemote         = web.Errorf(http.StatusConflict, "cannot_demote_self", "administrators cannot remove their own admin role")
+	errInvalidToken       = web.Errorf(http.StatusBadRequest, "invalid_token", "the link is invalid, has expired or was already used")
+	errMailDisabled       = web.Errorf(http.StatusServiceUnavailable, "mail_disabled", "this platform sends no e-mail (AUTH_SMTP_HOST is not set): ask an administrator")
+	errMailBusy           = web.Errorf(http.StatusServiceUnavailable, "busy", "too many messages are waiting to be sent, try again shortly")
+	errEmailUnverified    = web.Errorf(http.StatusForbidden, "email_unverified", "confirm your e-mail address first: open the link sent to it")
+	errAlreadyVerified    = web.Errorf(http.StatusConflict, "already_verified", "the e-mail address is already verified")
+	errInvalidAPIKey      = web.Errorf(http.StatusUnauthorized, "invalid_api_key", "the api key is unknown, expired or revoked")
+	errAPIKeyNotFound     = web.Errorf(http.StatusNotFound, "api_key_not_found", "no api key of this user with this id")
+	errTooManyKeys        = web.Errorf(http.StatusConflict, "too_many_api_keys", "this user has the most api keys allowed (100): revoke one first")
 )
 
 // apiError maps domain errors to HTTP errors; others pass through to
@@ -216,7 +240,7 @@ func apiError(c *fiber.Ctx, err error) error {
 		}
 		c.Set(fiber.HeaderRetryAfter, strconv.FormatInt(secs, 10))
 		return &web.Error{Status: http.StatusTooManyRequests, Code: "throttled",
-			Body: fiber.Map{"error": "too many failed sign-ins, try again later", "retryAfter": secs}}
+			Body: fiber.Map{"error": te.Message() + ", try again later", "retryAfter": secs}}
 	case errors.Is(err, account.ErrInvalidCredentials):
 		return errInvalidCredentials
 	case errors.Is(err, account.ErrInvalidSession):
@@ -237,6 +261,22 @@ func apiError(c *fiber.Ctx, err error) error {
 		return errSelfDelete
 	case errors.Is(err, account.ErrSelfDemote):
 		return errSelfDemote
+	case errors.Is(err, account.ErrInvalidToken):
+		return errInvalidToken
+	case errors.Is(err, account.ErrMailDisabled):
+		return errMailDisabled
+	case errors.Is(err, account.ErrBusy):
+		return errMailBusy
+	case errors.Is(err, account.ErrEmailUnverified):
+		return errEmailUnverified
+	case errors.Is(err, account.ErrAlreadyVerified):
+		return errAlreadyVerified
+	case errors.Is(err, account.ErrInvalidAPIKey):
+		return errInvalidAPIKey
+	case errors.Is(err, account.ErrAPIKeyNotFound):
+		return errAPIKeyNotFound
+	case errors.Is(err, account.ErrTooManyKeys):
+		return errTooManyKeys
 	case errors.Is(err, context.DeadlineExceeded):
 		return &web.Error{Status: http.StatusServiceUnavailable, Code: "busy", Message: "the service is busy, try again shortly", Cause: err}
 	}

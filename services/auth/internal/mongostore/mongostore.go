@@ -36,6 +36,14 @@ func EnsureIndexes(ctx context.Context, db *mongo.Database) error {
 			{Keys: bson.D{{Key: "expiresAt", Value: 1}}, Options: options.Index().SetName("expiresAt")},
 			{Keys: bson.D{{Key: "lastSeenAt", Value: 1}}, Options: options.Index().SetName("lastSeenAt")},
 		},
+		APIKeysCollection: {
+			{Keys: bson.D{{Key: "hash", Value: 1}}, Options: options.Index().SetUnique(true).SetName("hash_unique")},
+			{Keys: bson.D{{Key: "userId", Value: 1}}, Options: options.Index().SetName("userId")},
+		},
+		TokensCollection: {
+			{Keys: bson.D{{Key: "userId", Value: 1}, {Key: "purpose", Value: 1}}, Options: options.Index().SetName("userId_purpose")},
+			{Keys: bson.D{{Key: "expiresAt", Value: 1}}, Options: options.Index().SetName("expiresAt")},
+		},
 	}
 	for coll, models := range specs {
 		if err := mongox.EnsureIndexes(ctx, db.Collection(coll), models...); err != nil {
@@ -52,31 +60,32 @@ type Users struct{ c *mongo.Collection }
 func NewUsers(db *mongo.Database) *Users { return &Users{c: db.Collection(UsersCollection)} }
 
 type userDoc struct {
-	ID           bson.ObjectID `bson:"_id"`
-	Email        string        `bson:"email"`
-	EmailLower   string        `bson:"emailLower"`
-	FullName     string        `bson:"fullName"`
-	Sector       *string       `bson:"sector"`
-	EDV          string        `bson:"edv"`
-	AvatarURL    *string       `bson:"avatarUrl"`
-	Role         string        `bson:"roleName"`
-	PasswordHash string        `bson:"passwordHash"`
-	CreatedAt    time.Time     `bson:"createdAt"`
-	UpdatedAt    time.Time     `bson:"updatedAt"`
+	ID            bson.ObjectID `bson:"_id"`
+	Email         string        `bson:"email"`
+	EmailLower    string        `bson:"emailLower"`
+	FullName      string        `bson:"fullName"`
+	Sector        *string       `bson:"sector"`
+	EDV           string        `bson:"edv"`
+	AvatarURL     *string       `bson:"avatarUrl"`
+	Role          string        `bson:"roleName"`
+	PasswordHash  string        `bson:"passwordHash"`
+	EmailVerified bool          `bson:"emailVerified"`
+	CreatedAt     time.Time     `bson:"createdAt"`
+	UpdatedAt     time.Time     `bson:"updatedAt"`
 }
 
 func toUserDoc(u account.User) userDoc {
 	return userDoc{
 		Email: u.Email, EmailLower: account.NormalizeEmail(u.Email), FullName: u.FullName,
 		Sector: u.Sector, EDV: u.EDV, AvatarURL: u.AvatarURL, Role: u.Role,
-		PasswordHash: u.PasswordHash, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt,
+		PasswordHash: u.PasswordHash, EmailVerified: u.EmailVerified, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt,
 	}
 }
 
 func fromUserDoc(d userDoc) account.User {
 	return account.User{
 		ID: d.ID.Hex(), Email: d.Email, FullName: d.FullName, Sector: d.Sector, EDV: d.EDV,
-		AvatarURL: d.AvatarURL, Role: d.Role, PasswordHash: d.PasswordHash,
+		AvatarURL: d.AvatarURL, Role: d.Role, PasswordHash: d.PasswordHash, EmailVerified: d.EmailVerified,
 		CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
 	}
 }
@@ -153,6 +162,9 @@ func (s *Users) Update(ctx context.Context, id string, p account.UserPatch, now 
 	nullable("avatarUrl", p.AvatarURL)
 	str("roleName", p.Role)
 	str("passwordHash", p.PasswordHash)
+	if p.EmailVerified != nil {
+		set = append(set, bson.E{Key: "emailVerified", Value: *p.EmailVerified})
+	}
 	var d userDoc
 	err = s.c.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: oid}}, bson.D{{Key: "$set", Value: set}},
 		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&d)

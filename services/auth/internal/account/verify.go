@@ -1,0 +1,98 @@
+package account
+
+import (
+	"context"
+	"errors"
+
+	"github.com/acme/platform/services/auth/internal/mailer"
+)
+
+// MailOn reports whether the mail flows are configured.
+func (s *Service) MailOn() bool { return s.mail != nil }
+
+// sendVerification mails u a link that verifies address (u's own, or the
+// one u asked to change to) in the background. Earlier verification links
+// of u stop working. Failures are logged: the user can ask again.
+func (s *Service) sendVerification(ctx context.Context, u User, address string) error {
+	return s.background(ctx, func(ctx context.Context) {
+		if err := s.mail.tokens.DeleteByUser(ctx, u.ID, PurposeVerify); err != nil {
+			s.log.WarnContext(ctx, "verification: drop older links", "user", u.ID, "err", err)
+			return
+		}
+		if err := s.sendLink(ctx, u, address, PurposeVerify, mailer.Verify, "verify", s.mail.cfg.VerifyTTL); err != nil {
+			s.log.WarnContext(ctx, "verification: send the link", "user", u.ID, "err", err)
+		}
+	})
+}
+
+// notifyEmailChange tells u's current address that newEmail was asked for.
+func (s *Service) notifyEmailChange(ctx context.Context, u User, newEmail string) {
+	err := s.background(ctx, func(ctx context.Context) {
+		if err := s.mail.mailer.Send(ctx, mailer.EmailChanged, u.Email, mailer.Data{Name: u.FullName, Email: u.Email, NewEmail: newEmail}); err != nil {
+			s.log.WarnContext(ctx, "address change: tell the old address", "user", u.ID, "err", err)
+		}
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "address change: notice not sent", "user", u.ID, "err", err)
+	}
+}
+
+// ResendVerification mails the signed-in user a new link for their current
+// address; ErrMailDisabled, or a validation error if it is verified.
+func (s *Service) ResendVerification(ctx context.Context, userID string) error {
+	if s.mail == nil {
+		return ErrMailDisabled
+	}
+	u, err := s.users.ByID(ctx, userID)
+	if errors.Is(err, ErrUserNotFound) {
+		return ErrUserGone
+	}
+	if err != nil {
+		return err
+	}
+	if u.EmailVerified {
+		return ErrAlreadyVerified
+	}
+	return s.sendVerification(ctx, u, u.Email)
+}
+
+// VerifyEmail spends a verification link: the address it was sent to
+// becomes the user's verified address (which is how an address change
+// takes effect). ErrEmailTaken if another account took that address since.
+func (s *Service) VerifyEmail(ctx context.Context, secret string, c Client) (User, error) {
+	if s.mail == nil {
+		return User{}, ErrMailDisabled
+	}
+	tok, err := s.takeToken(ctx, secret, PurposeVerify)
+	if err != nil {
+		return User{}, err
+	}
+	cur, err := s.users.ByID(ctx, tok.UserID)
+	if errors.Is(err, ErrUserNotFound) {
+		return User{}, ErrInvalidToken
+	}
+	if err != nil {
+		return User{}, err
+	}
+	yes := true
+	up := UserPatch{EmailVerified: &yes}
+	changed := NormalizeEmail(cur.Email) != NormalizeEmail(tok.Email) || cur.Email != tok.Email
+	if changed {
+		up.Email = &tok.Email
+	}
+	u, err := s.users.Update(ctx, cur.ID, up, s.now())
+	if err != nil {
+		s.userWriteFailed(ctx, cur.ID, err)
+		if errors.Is(err, ErrUserNotFound) {
+			return User{}, ErrInvalidToken
+		}
+		return User{}, err
+	}
+	s.revoke(ctx, Revocation{Users: []string{u.ID}})
+	if changed {
+		s.event(ctx, Event{Type: EventEmailChanged, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c, Detail: map[string]any{"from": cur.Email}})
+	} else {
+		s.event(ctx, Event{Type: EventEmailVerified, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c})
+	}
+	return u, nil
+}

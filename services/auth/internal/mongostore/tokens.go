@@ -1,0 +1,66 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/acme/platform/services/auth/internal/account"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// TokensCollection keeps one-time tokens (password reset, address
+// verification) by the hash of their secret.
+const TokensCollection = "account_tokens"
+
+// Tokens is the account.TokenStore on MongoDB.
+type Tokens struct{ c *mongo.Collection }
+
+// NewTokens returns the token store of db.
+func NewTokens(db *mongo.Database) *Tokens { return &Tokens{c: db.Collection(TokensCollection)} }
+
+type tokenDoc struct {
+	ID        string    `bson:"_id"` // hex SHA-256 of the secret
+	Purpose   string    `bson:"purpose"`
+	UserID    string    `bson:"userId"`
+	Email     string    `bson:"email"`
+	CreatedAt time.Time `bson:"createdAt"`
+	ExpiresAt time.Time `bson:"expiresAt"`
+}
+
+// Create implements account.TokenStore.
+func (s *Tokens) Create(ctx context.Context, t account.Token) error {
+	_, err := s.c.InsertOne(ctx, tokenDoc{ID: t.ID, Purpose: t.Purpose, UserID: t.UserID, Email: t.Email, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt})
+	return err
+}
+
+// Take implements account.TokenStore: the token is deleted by the same
+// single-document operation that reads it, so two concurrent uses of one
+// token cannot both succeed.
+func (s *Tokens) Take(ctx context.Context, id, purpose string, now time.Time) (account.Token, error) {
+	var d tokenDoc
+	err := s.c.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: id}, {Key: "purpose", Value: purpose}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.Token{}, account.ErrInvalidToken
+	}
+	if err != nil {
+		return account.Token{}, err
+	}
+	if !now.Before(d.ExpiresAt) {
+		return account.Token{}, account.ErrInvalidToken
+	}
+	return account.Token{ID: d.ID, Purpose: d.Purpose, UserID: d.UserID, Email: d.Email, CreatedAt: d.CreatedAt.UTC(), ExpiresAt: d.ExpiresAt.UTC()}, nil
+}
+
+// DeleteByUser implements account.TokenStore.
+func (s *Tokens) DeleteByUser(ctx context.Context, userID, purpose string) error {
+	_, err := s.c.DeleteMany(ctx, bson.D{{Key: "userId", Value: userID}, {Key: "purpose", Value: purpose}})
+	return err
+}
+
+// DeleteExpired implements account.TokenStore (FerretDB has no TTL indexes).
+func (s *Tokens) DeleteExpired(ctx context.Context, now time.Time) error {
+	_, err := s.c.DeleteMany(ctx, bson.D{{Key: "expiresAt", Value: bson.D{{Key: "$lte", Value: now}}}})
+	return err
+}
