@@ -46,6 +46,7 @@ type Config struct {
 	ImageQuality     int
 	ImageConcurrency int
 	ImageWait        time.Duration
+	Quota            int64
 	ReadIdle         time.Duration
 	SweepInterval    time.Duration
 	SweepAge         time.Duration
@@ -81,6 +82,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ImageQuality:     r.Int("IMAGE_QUALITY", 82),
 		ImageConcurrency: r.Int("IMAGE_CONCURRENCY", 2),
 		ImageWait:        r.Duration("IMAGE_WAIT", 30*time.Second),
+		Quota:            r.Int64("QUOTA", 10<<30),
 		ReadIdle:         r.Duration("READ_IDLE_TIMEOUT", 60*time.Second),
 		SweepInterval:    r.Duration("SWEEP_INTERVAL", 15*time.Minute),
 		SweepAge:         r.Duration("SWEEP_AGE", time.Hour),
@@ -90,6 +92,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	var problems []string
 	if c.IdentityKey == "" {
 		problems = append(problems, "IDENTITY_PUBLIC_KEY is required")
+	}
+	if c.Quota < 0 {
+		problems = append(problems, "FILES_QUOTA must not be negative (0: no quota)")
 	}
 	if c.MaxUpload <= 0 || c.ImageMaxBytes <= 0 || c.MaxMeta < 0 {
 		problems = append(problems, "FILES_MAX_UPLOAD and FILES_IMAGE_MAX_BYTES must be positive, FILES_MAX_META not negative")
@@ -187,6 +192,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		ImageMaxBytes:    cfg.ImageMaxBytes,
 		ImageConcurrency: cfg.ImageConcurrency,
 		ImageWait:        cfg.ImageWait,
+		DefaultQuota:     cfg.Quota,
 		Image: imaging.Options{
 			MaxPixels:   cfg.ImageMaxPixels,
 			MaxSide:     cfg.ImageMaxSide,
@@ -251,6 +257,11 @@ func sweep(ctx context.Context, log *slog.Logger, svc *files.Service, every, age
 			log.Warn("orphan sweep failed", "err", err, "removed", n)
 		} else if n > 0 {
 			log.Info("orphan sweep", "removed", n)
+		}
+		if n, err := svc.SweepLinks(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("share link sweep failed", "err", err)
+		} else if n > 0 {
+			log.Info("share link sweep", "removed", n)
 		}
 		wait = every - every/10 + time.Duration(rand.Int64N(int64(every/5)+1))
 	}

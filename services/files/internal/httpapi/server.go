@@ -139,6 +139,14 @@ func New(o Options) *fiber.App {
 	app.Get("/download/file/:id", ident, web.RequireUser, h.download)
 	app.Get("/images/:id", ident, h.image) // public: any valid token, anonymous included
 	app.Get("/files", ident, web.RequireUser, h.list)
+	app.Delete("/files/:id", ident, web.RequireUser, h.deleteFile)
+	app.Post("/files/:id/links", ident, web.RequireUser, h.createLink)
+	app.Get("/files/:id/links", ident, web.RequireUser, h.links)
+	app.Delete("/files/:id/links/:linkId", ident, web.RequireUser, h.revokeLink)
+	app.Get("/s/:token", ident, h.shared) // public: the token is the credential
+	app.Get("/me/usage", ident, web.RequireUser, h.myUsage)
+	app.Get("/usage/:userId", ident, web.RequireAdmin, h.userUsage)
+	app.Put("/usage/:userId", ident, web.RequireAdmin, h.setQuota)
 	return app
 }
 
