@@ -52,6 +52,7 @@ var Routes = []Route{
 	{Prefix: "/ms/me", Exact: true, Service: "auth", Access: Service},
 	{Prefix: "/signin", Exact: true, Service: "auth", Access: Public},
 	{Prefix: "/signout", Exact: true, Service: "auth", Access: Session},
+	{Prefix: "/me/usage", Exact: true, Service: "files", Access: Session},
 	{Prefix: "/me", Service: "auth", Access: Session},
 	{Prefix: "/users", Service: "auth", Access: Admin},
 	{Prefix: "/images", Service: "files", Access: Public},
@@ -59,6 +60,8 @@ var Routes = []Route{
 	{Prefix: "/retrieve", Service: "files", Access: Session},
 	{Prefix: "/download", Service: "files", Access: Session},
 	{Prefix: "/files", Service: "files", Access: Session},
+	{Prefix: "/s", Service: "files", Access: Public}, // share links: the token is the credential
+	{Prefix: "/usage", Service: "files", Access: Admin},
 	{Prefix: "/log", Service: "logs", Access: Admin},
 }
 

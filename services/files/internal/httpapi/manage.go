@@ -265,7 +265,18 @@ func decodeJSON(c *fiber.Ctx, dst any, optional bool) error {
 	case raw == nil:
 		return apiErr(http.StatusBadRequest, "empty_body", "request body is empty")
 	}
-	return web.DecodeJSONBytes(raw, dst)
+	if err := web.DecodeJSONBytes(raw, dst); err != nil {
+		// In the file endpoints' shape: {err, code, field}.
+		var we *web.Error
+		if errors.As(err, &we) && we.Body == nil {
+			if we.Field != "" {
+				return apiErr(we.Status, we.Code, we.Message, "field", we.Field)
+			}
+			return apiErr(we.Status, we.Code, we.Message)
+		}
+		return err
+	}
+	return nil
 }
 
 // jsonBody reads a JSON request body of at most maxJSONBody bytes (the app
