@@ -68,12 +68,12 @@ func (h *handler) createLink(c *fiber.Ctx) error {
 	if body.ExpiresAt != nil {
 		req.ExpiresAt = *body.ExpiresAt
 		if req.ExpiresAt.IsZero() {
-			return apiErr(http.StatusBadRequest, "invalid_expiresAt", "expiresAt must be a date-time in the future", "field", "expiresAt")
+			return apiErr(http.StatusBadRequest, "invalid_expires_at", "expiresAt must be a date-time in the future", "field", "expiresAt")
 		}
 	}
 	if body.MaxDownloads != nil {
 		if *body.MaxDownloads < 1 || *body.MaxDownloads > 1_000_000 {
-			return apiErr(http.StatusBadRequest, "invalid_maxDownloads", "maxDownloads must be an integer from 1 to 1000000", "field", "maxDownloads")
+			return apiErr(http.StatusBadRequest, "invalid_max_downloads", "maxDownloads must be an integer from 1 to 1000000", "field", "maxDownloads")
 		}
 		req.MaxDownloads = *body.MaxDownloads
 	}
@@ -82,7 +82,8 @@ func (h *handler) createLink(c *fiber.Ctx) error {
 	l, token, err := h.svc.CreateLink(ctx, id, reader(c), req)
 	var bad *files.BadLinkError
 	if errors.As(err, &bad) {
-		return apiErr(http.StatusBadRequest, "invalid_"+bad.Field, bad.Field+" "+bad.Msg, "field", bad.Field)
+		code := map[string]string{"expiresAt": "invalid_expires_at", "maxDownloads": "invalid_max_downloads"}[bad.Field]
+		return apiErr(http.StatusBadRequest, code, bad.Field+" "+bad.Msg, "field", bad.Field)
 	}
 	if err != nil {
 		return readErr(err, id)

@@ -114,6 +114,9 @@ func (h *handler) upload(c *fiber.Ctx, maxFile int64, store storeFunc) (*files.F
 			name = partFileName(p)
 			pending, err = store(ctx, owner, p)
 			if err != nil {
+				if errors.Is(err, files.ErrQuotaExceeded) || errors.Is(err, files.ErrTooLarge) {
+					c.Locals(drainAllKey, maxBody)
+				}
 				return nil, h.storeErr(err, maxFile)
 			}
 		case "meta":
