@@ -47,6 +47,8 @@ type Config struct {
 	ImageConcurrency int
 	ImageWait        time.Duration
 	Quota            int64
+	EraseAckWait     time.Duration
+	EraseMaxDeliver  int
 	ReadIdle         time.Duration
 	SweepInterval    time.Duration
 	SweepAge         time.Duration
@@ -83,6 +85,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ImageConcurrency: r.Int("IMAGE_CONCURRENCY", 2),
 		ImageWait:        r.Duration("IMAGE_WAIT", 30*time.Second),
 		Quota:            r.Int64("QUOTA", 10<<30),
+		EraseAckWait:     r.Duration("ERASE_ACK_WAIT", 30*time.Second),
+		EraseMaxDeliver:  r.Int("ERASE_MAX_DELIVER", 50),
 		ReadIdle:         r.Duration("READ_IDLE_TIMEOUT", 60*time.Second),
 		SweepInterval:    r.Duration("SWEEP_INTERVAL", 15*time.Minute),
 		SweepAge:         r.Duration("SWEEP_AGE", time.Hour),
@@ -92,6 +96,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	var problems []string
 	if c.IdentityKey == "" {
 		problems = append(problems, "IDENTITY_PUBLIC_KEY is required")
+	}
+	if c.EraseAckWait < time.Second || c.EraseMaxDeliver < 2 {
+		problems = append(problems, "FILES_ERASE_ACK_WAIT must be at least 1s and FILES_ERASE_MAX_DELIVER at least 2")
 	}
 	if c.Quota < 0 {
 		problems = append(problems, "FILES_QUOTA must not be negative (0: no quota)")
@@ -219,12 +226,16 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	})
 
 	var wg sync.WaitGroup
-	// No new sweep once shutdown begins; the defer covers early returns.
+	// No new sweep or erasure once shutdown begins (an erasure stopped
+	// halfway is delivered again); the defer covers early returns.
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer func() { stopSweep(); wg.Wait() }()
 	if cfg.SweepInterval > 0 {
 		wg.Go(func() { sweep(sweepCtx, log, svc, cfg.SweepInterval, cfg.SweepAge) })
 	}
+	wg.Go(func() {
+		eraseDeletedUsers(sweepCtx, log, nc, cfg.SubjectPrefix, svc, cfg.EraseAckWait, cfg.EraseMaxDeliver)
+	})
 
 	// Shutdown: in-flight requests finish (within FILES_SHUTDOWN_GRACE), the
 	// sweeper stops, our buffered error logs are published, NATS drains,
