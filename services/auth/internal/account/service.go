@@ -30,7 +30,7 @@ type Service struct {
 	throttle ThrottleStore
 	hasher   *password.Hasher
 	pub      Publisher
-	cache    UserCache // nil: every read goes to the store
+	cache    UserCache  // nil: every read goes to the store
 	events   UserEvents // nil: deletions are not announced
 	cfg      Config
 	log      *slog.Logger
