@@ -60,6 +60,38 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string) er
 	return nil
 }
 
+// SetupConsumer ensures the stream and the durable pull consumer name on
+// user deletions: explicit acks, maxDeliver deliveries, redelivered after
+// ackWait doubling up to 10 minutes (one back-off step fewer than
+// maxDeliver, as JetStream requires). Every replica of a service binds the
+// same name, so each event goes to one of them.
+func SetupConsumer(ctx context.Context, js jetstream.JetStream, prefix, name string, ackWait time.Duration, maxDeliver int) (jetstream.Consumer, error) {
+	if err := EnsureStream(ctx, js, prefix); err != nil {
+		return nil, err
+	}
+	var backOff []time.Duration
+	d := ackWait
+	for range min(maxDeliver-1, 10) {
+		backOff = append(backOff, d)
+		d = min(d*2, 10*time.Minute)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, StreamName(prefix), jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "user deletions (pkg/userevents)",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    maxDeliver,
+		BackOff:       backOff,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: DeletedSubject(prefix),
+		MaxAckPending: 16,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", name, err)
+	}
+	return cons, nil
+}
+
 // PublishDeleted announces that userID was deleted and waits for the
 // stream to store it.
 func PublishDeleted(ctx context.Context, js jetstream.JetStream, prefix, userID string) error {

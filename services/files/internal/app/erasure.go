@@ -16,18 +16,6 @@ import (
 // user deletions auth publishes (pkg/userevents).
 const ErasureConsumer = "files-erasure"
 
-// erasureBackOff is the redelivery schedule: ackWait doubling, at most 10
-// minutes, one fewer than maxDeliver (JetStream requires it).
-func erasureBackOff(ackWait time.Duration, maxDeliver int) []time.Duration {
-	var out []time.Duration
-	d := ackWait
-	for range min(maxDeliver-1, 10) {
-		out = append(out, d)
-		d = min(d*2, 10*time.Minute)
-	}
-	return out
-}
-
 // eraseDeletedUsers erases the files of every deleted user announced on
 // the user stream, until ctx ends. A replica stopped during an erasure
 // leaves its message unacknowledged: it is delivered again (to this or
@@ -42,20 +30,8 @@ func eraseDeletedUsers(ctx context.Context, log *slog.Logger, nc *nats.Conn, pre
 	var cons jetstream.Consumer
 	for {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := userevents.EnsureStream(sctx, js, prefix)
-		if err == nil {
-			cons, err = js.CreateOrUpdateConsumer(sctx, userevents.StreamName(prefix), jetstream.ConsumerConfig{
-				Durable:       ErasureConsumer,
-				Description:   "files service: erase the files of deleted users",
-				AckPolicy:     jetstream.AckExplicitPolicy,
-				AckWait:       ackWait,
-				MaxDeliver:    maxDeliver,
-				BackOff:       erasureBackOff(ackWait, maxDeliver),
-				DeliverPolicy: jetstream.DeliverAllPolicy,
-				FilterSubject: userevents.DeletedSubject(prefix),
-				MaxAckPending: 16,
-			})
-		}
+		var err error
+		cons, err = userevents.SetupConsumer(sctx, js, prefix, ErasureConsumer, ackWait, maxDeliver)
 		cancel()
 		if err == nil {
 			break
