@@ -13,9 +13,9 @@ import (
 	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/healthcheck"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/userevents"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/acme/platform/pkg/userevents"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
