@@ -13,6 +13,7 @@ import (
 	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/healthcheck"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/userevents"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -281,6 +282,54 @@ func TestNATSPermissions(t *testing.T) {
 			t.Errorf("after acks: %d pending acks, %d pending messages", info.NumAckPending, info.NumPending)
 		}
 		c["logs"].clean(t, "consuming")
+	})
+
+	// auth announces user deletions on the durable user stream; the files
+	// service's durable consumer receives them and acknowledges.
+	t.Run("userDeletionsFromAuthToFiles", func(t *testing.T) {
+		authJS, err := jetstream.New(c["auth"].nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := userevents.EnsureStream(ctx, authJS, prefix); err != nil {
+			t.Fatalf("auth cannot create the user stream: %v", err)
+		}
+		if err := userevents.PublishDeleted(ctx, authJS, prefix, "64b000000000000000000002"); err != nil {
+			t.Fatalf("auth cannot publish a deletion: %v", err)
+		}
+		c["auth"].clean(t, "publishing a user deletion")
+		filesJS, err := jetstream.New(c["files"].nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ucons jetstream.Consumer
+		for range 2 {
+			if ucons, err = userevents.SetupConsumer(ctx, filesJS, prefix, "files-erasure", 30*time.Second, 50); err != nil {
+				t.Fatalf("files cannot set up its erasure consumer: %v", err)
+			}
+		}
+		it, err := ucons.Messages(jetstream.PullMaxMessages(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Stop()
+		m, err := it.Next()
+		if err != nil {
+			t.Fatalf("files receives no deletion: %v", err)
+		}
+		if d, err := userevents.ParseDeleted(m.Data()); err != nil || d.UserID != "64b000000000000000000002" {
+			t.Fatalf("deletion %+v %v", d, err)
+		}
+		if err := m.InProgress(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatalf("files cannot acknowledge: %v", err)
+		}
+		c["files"].clean(t, "consuming user deletions")
+		for _, user := range []string{"gateway", "publisher", "logs"} {
+			c[user].refusePublish(t, prefix+".users.deleted") // only auth deletes users
+		}
 	})
 
 	t.Run("revocationsFromAuthToGateway", func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/nats-io/nats.go"
@@ -320,6 +322,72 @@ func TestConsoleInBrowser(t *testing.T) {
 			pg.waitText(details.fact(term), want)
 		}
 		pg.shot("03-files")
+	})
+
+	b.step("share links, delete, usage", pg, func() {
+		rows := doc.role("h2", "Your files").parent().css("tbody tr")
+		// (The upload cancelled above may still land: its request was held,
+		// not refused; so the counts are compared, not fixed.)
+		pg.waitText(doc.css("#usage-text"), rx(`^[0-9.]+ KiB of 10 GiB used \([0-9]+ files\)$`))
+		pg.click(rows.nth(0).role("button", "dropped.txt"))
+		details := doc.css("#file-details")
+		pg.waitText(details.fact("Name"), "dropped.txt")
+		pg.fill(doc.label("Days the link lasts"), "2")
+		pg.click(doc.role("button", "Create share link"))
+		pg.waitFor(status("Share link created."))
+		url := pg.value(doc.label("Share link URL (shown once)"))
+		anonymousGet := func() (int, string) {
+			resp, err := http.Get(url) // no cookie: whoever got the link
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if st, body := anonymousGet(); st != 200 || body != "dropped bytes" {
+			t.Fatalf("share link %s: %d %q", url, st, body)
+		}
+		pg.click(doc.role("button", "Copy link"))
+		pg.waitFor(status("Link copied."))
+		// Reading the clipboard back needs the permission a person would grant.
+		if _, err := chromedp.CallBrowser(pg.ctx, browser.SetPermission, browser.SetPermissionParams{
+			Permission: &browser.PermissionDescriptor{Name: "clipboard-read"}, Setting: browser.PermissionSettingGranted,
+			BrowserContextID: chromedp.FromContext(pg.ctx).BrowserContextID,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var copied string
+		pg.eval(`navigator.clipboard.readText()`, &copied)
+		if copied != url {
+			t.Errorf("clipboard %q, want %q", copied, url)
+		}
+		links := doc.role("table", "Share links").css("tbody tr")
+		pg.waitText(links.nth(0).css("td").nth(0), rx(`\S`)) // the expiry
+		if n := pg.count(links); n != 1 {
+			t.Fatalf("%d share links listed, want 1", n)
+		}
+		pg.shot("03b-share-link")
+		pg.click(links.nth(0).role("button", rx(`^Revoke link [0-9a-f]{32}$`)))
+		pg.waitFor(status("Share link revoked."))
+		pg.waitFor(links.nth(0).text("No share links."))
+		if st, _ := anonymousGet(); st != 404 {
+			t.Fatalf("revoked link: %d", st)
+		}
+		confirmed := pg.acceptDialog()
+		pg.click(details.role("button", "Delete file"))
+		if m := confirmed(); !strings.HasPrefix(m, "Delete dropped.txt? This cannot be undone") {
+			t.Errorf("confirmation %q", m)
+		}
+		pg.waitFor(status("dropped.txt deleted."))
+		pg.waitJS("dropped.txt gone from the list", `![...document.querySelectorAll('#main tbody button')].some(b => b.textContent === 'dropped.txt')`)
+		pg.waitFor(rows.role("button", "notes.txt"))
+		var listed, counted int
+		pg.eval(`document.querySelectorAll('#main table:not([aria-label]) tbody tr').length`, &listed)
+		pg.eval(`Number(/\((\d+) files?\)/.exec(document.getElementById('usage-text').textContent)[1])`, &counted)
+		if listed != counted {
+			t.Fatalf("%d files listed, the usage bar counts %d", listed, counted)
+		}
 	})
 
 	b.step("phone", pg, func() {

@@ -165,6 +165,8 @@ func TestProtectedRoutes(t *testing.T) {
 		{"upload401", "POST", "/upload/file", "", 401, "unauthenticated"},
 		{"log403User", "GET", "/log/log/1", userCookie, 403, "forbidden"},
 		{"users403User", "GET", "/users", userCookie, 403, "forbidden"},
+		{"usage401", "GET", "/me/usage", "", 401, "unauthenticated"},
+		{"adminUsage403User", "PUT", "/usage/u1", userCookie, 403, "forbidden"},
 		{"route404", "GET", "/nope", "", 404, "not_found"},
 	}
 	for _, c := range cases {

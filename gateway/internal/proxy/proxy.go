@@ -55,6 +55,7 @@ var Routes = []Route{
 	{Prefix: "/password", Service: "auth", Access: Public}, // forgot, reset: the mailed token is the proof
 	{Prefix: "/email", Service: "auth", Access: Public},    // verify: the mailed token is the proof
 	{Prefix: "/signout", Exact: true, Service: "auth", Access: Session},
+	{Prefix: "/me/usage", Exact: true, Service: "files", Access: Session},
 	{Prefix: "/me", Service: "auth", Access: Session},
 	{Prefix: "/users", Service: "auth", Access: Admin},
 	{Prefix: "/images", Service: "files", Access: Public},
@@ -62,6 +63,8 @@ var Routes = []Route{
 	{Prefix: "/retrieve", Service: "files", Access: Session},
 	{Prefix: "/download", Service: "files", Access: Session},
 	{Prefix: "/files", Service: "files", Access: Session},
+	{Prefix: "/s", Service: "files", Access: Public}, // share links: the token is the credential
+	{Prefix: "/usage", Service: "files", Access: Admin},
 	{Prefix: "/log", Service: "logs", Access: Admin},
 }
 

@@ -5,6 +5,7 @@ const uploadErrors = {
   file_too_large: 'The file is too large.',
   empty_file: 'The file is empty.',
   meta_too_long: 'The note is too long.',
+  quota_exceeded: 'Your storage quota is full.',
 };
 
 export function filesPage(main) {
@@ -58,8 +59,28 @@ export function filesPage(main) {
   const details = h('section', { class: 'card', id: 'file-details', 'aria-labelledby': 'fd-title', hidden: true });
   const pager = h('div', { class: 'pager' });
 
+  // Storage used against the quota.
+  const usageBar = h('progress', { id: 'usage-bar', max: 1, value: 0, 'aria-label': 'Storage used' });
+  const usageText = h('span', { id: 'usage-text' });
+  async function loadUsage() {
+    try {
+      const u = await api('GET', '/me/usage');
+      const files = u.files + (u.files === 1 ? ' file' : ' files');
+      if (u.quota === null) {
+        usageBar.hidden = true;
+        usageText.textContent = `${fmtSize(u.used)} used, no quota (${files})`;
+      } else {
+        usageBar.hidden = false;
+        usageBar.max = Math.max(u.quota, 1);
+        usageBar.value = Math.min(u.used, usageBar.max);
+        usageText.textContent = `${fmtSize(u.used)} of ${fmtSize(u.quota)} used (${files})`;
+      }
+    } catch (e) { usageText.textContent = ''; }
+  }
+
   async function load() {
     err.show('');
+    loadUsage();
     try {
       const r = await api('GET', `/files?page=${page}&limit=${limit}`);
       tbody.replaceChildren(...r.files.map(f => h('tr', {},
@@ -88,15 +109,87 @@ export function filesPage(main) {
       details.replaceChildren(h('h2', { id: 'fd-title', tabindex: -1 }, 'File details'),
         h('dl', { class: 'facts' }, rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v ?? '')])),
         h('a', { class: 'button', href: r.downloadUrl, download: f.kind === 'image' ? false : (f.name || '') },
-          f.kind === 'image' ? 'Open image' : 'Download'));
+          f.kind === 'image' ? 'Open image' : 'Download'),
+        h('button', { type: 'button', class: 'danger', onclick: () => remove(f) }, 'Delete file'),
+        shareLinks(f));
       details.hidden = false;
       details.querySelector('h2').focus();
     } catch (e) { err.show(e.body.err || e.message); }
   }
 
+  // Delete, after a confirmation.
+  async function remove(f) {
+    if (!confirm(`Delete ${f.name || f.id}? This cannot be undone; its share links stop working.`)) return;
+    try {
+      await api('DELETE', '/files/' + encodeURIComponent(f.id));
+      details.hidden = true;
+      details.replaceChildren();
+      say((f.name || f.id) + ' deleted.');
+      load();
+    } catch (e) { err.show(e.body.err || e.message); }
+  }
+
+  // Share links of the file shown: create (the URL is shown once), copy,
+  // list, revoke.
+  function shareLinks(f) {
+    const box = errorBox();
+    const made = h('div', { class: 'field', hidden: true });
+    const list = h('tbody');
+    const path = '/files/' + encodeURIComponent(f.id) + '/links';
+    async function reload() {
+      try {
+        const r = await api('GET', path);
+        list.replaceChildren(...r.links.map(l => h('tr', {},
+          h('td', {}, fmtDate(l.expiresAt)),
+          h('td', {}, l.maxDownloads === null ? String(l.downloads) : `${l.downloads} of ${l.maxDownloads}`),
+          h('td', {}, h('button', { type: 'button', class: 'small', 'aria-label': 'Revoke link ' + l.id, onclick: () => revoke(l) }, 'Revoke')))));
+        if (!r.links.length) list.append(h('tr', {}, h('td', { colspan: 3 }, 'No share links.')));
+      } catch (e) { box.show(e.body.err || e.message); }
+    }
+    async function revoke(l) {
+      try {
+        await api('DELETE', path + '/' + encodeURIComponent(l.id));
+        say('Share link revoked.');
+        reload();
+      } catch (e) { box.show(e.body.err || e.message); }
+    }
+    const days = h('input', { id: 'share-days', type: 'number', min: 1, max: 30, value: 7 });
+    async function create() {
+      box.show('');
+      const n = Number(days.value);
+      if (!Number.isInteger(n) || n < 1 || n > 30) { box.show('A link lasts 1 to 30 days.'); return; }
+      try {
+        const l = await api('POST', path, { expiresAt: new Date(Date.now() + n * 86400000).toISOString() });
+        const url = h('input', { id: 'share-url', readonly: true, value: l.url });
+        made.replaceChildren(h('label', { for: 'share-url' }, 'Share link URL (shown once)'), url,
+          h('button', { type: 'button', class: 'small', onclick: () => copy(url) }, 'Copy link'));
+        made.hidden = false;
+        say('Share link created.');
+        reload();
+      } catch (e) { box.show(e.body.err || e.message); }
+    }
+    async function copy(input) {
+      try {
+        await navigator.clipboard.writeText(input.value);
+        say('Link copied.');
+      } catch (e) {
+        input.select();
+        say('Press Ctrl+C to copy the selected link.');
+      }
+    }
+    reload();
+    return h('section', { 'aria-labelledby': 'sl-title' },
+      h('h3', { id: 'sl-title' }, 'Share links'), box,
+      h('div', { class: 'field' }, h('label', { for: 'share-days' }, 'Days the link lasts'), days),
+      h('button', { type: 'button', onclick: create }, 'Create share link'), made,
+      h('div', { class: 'scroll' }, h('table', { 'aria-label': 'Share links' },
+        h('thead', {}, h('tr', {}, ['Expires', 'Downloads', ''].map(t => h('th', { scope: 'col' }, t)))), list)));
+  }
+
   main.append(
     h('section', { class: 'card', 'aria-labelledby': 'up-title' },
       h('h1', { id: 'up-title' }, 'Files'),
+      h('p', { class: 'usage' }, usageBar, ' ', usageText),
       h('div', { class: 'field' }, h('label', { for: 'files-meta' }, 'Note stored with the next uploads (optional)'), meta),
       drop, queue),
     h('section', { class: 'card', 'aria-labelledby': 'list-title' },

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"time"
 )
 
 // NewUserInput is an administrator's request to create a user.
@@ -190,6 +191,15 @@ func (s *Service) DeleteUser(ctx context.Context, actorID, id string) error {
 		ended = append(ended, keys...)
 	}
 	s.revoke(ctx, Revocation{Sessions: ended, Users: []string{u.ID}})
+	if s.userEvents != nil {
+		// The user is gone whatever happens here: a failure is logged for
+		// the operators (the event can be published again by hand).
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		if perr := s.userEvents.Deleted(ectx, u.ID); perr != nil {
+			s.log.ErrorContext(ctx, "announcing a user's deletion failed: their files stay until it is published", "user", u.ID, "err", perr)
+		}
+	}
 	return err
 }
 

@@ -25,18 +25,19 @@ type Config struct {
 
 // Service implements the use cases.
 type Service struct {
-	users    UserStore
-	sessions SessionStore
-	throttle ThrottleStore
-	hasher   *password.Hasher
-	pub      Publisher
-	cache    UserCache   // nil: every read goes to the store
-	mail     *mailState  // nil: mail is off
-	events   EventSink   // nil: events are not recorded
-	keys     APIKeyStore // nil: API keys are off
-	cfg      Config
-	log      *slog.Logger
-	now      func() time.Time
+	users      UserStore
+	sessions   SessionStore
+	throttle   ThrottleStore
+	hasher     *password.Hasher
+	pub        Publisher
+	cache      UserCache   // nil: every read goes to the store
+	mail       *mailState  // nil: mail is off
+	events     EventSink   // nil: events are not recorded
+	keys       APIKeyStore // nil: API keys are off
+	userEvents UserEvents  // nil: deletions are not announced
+	cfg        Config
+	log        *slog.Logger
+	now        func() time.Time
 }
 
 // NewService wires a Service.
@@ -54,6 +55,16 @@ func NewService(users UserStore, sessions SessionStore, throttle ThrottleStore, 
 // Every write that changes a user invalidates it in c and, through the
 // Publisher, in every other replica's cache. Set it before serving.
 func (s *Service) SetUserCache(c UserCache) { s.cache = c }
+
+// UserEvents announces user deletions durably (pkg/userevents), so that
+// other services erase what the user owned.
+type UserEvents interface {
+	Deleted(ctx context.Context, userID string) error
+}
+
+// SetUserEvents makes DeleteUser announce each deletion on e. Set it
+// before serving.
+func (s *Service) SetUserEvents(e UserEvents) { s.userEvents = e }
 
 // userByID reads a user for showing or for identity, through the cache.
 // Never use it to verify a password: cached users carry no hash.

@@ -23,6 +23,7 @@ import (
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/mongox"
 	"github.com/acme/platform/pkg/natsfence"
+	"github.com/acme/platform/pkg/userevents"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/auth/internal/account"
 	"github.com/acme/platform/services/auth/internal/audit"
@@ -33,6 +34,7 @@ import (
 	"github.com/acme/platform/services/auth/internal/revocation"
 	"github.com/acme/platform/services/auth/internal/usercache"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -305,6 +307,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	} else {
 		log.Info("mail is off (AUTH_SMTP_HOST not set): no password reset, no address verification")
 	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	svc.SetUserEvents(userEvents{js: js, prefix: cfg.SubjectPrefix})
 
 	// Users read by GET /me and /ms/me are cached (AUTH_USER_CACHE_TTL).
 	// Every replica applies the revocations auth publishes (they name every
@@ -396,4 +403,19 @@ func sweep(ctx context.Context, svc *account.Service, interval time.Duration, lo
 		}
 		cancel()
 	}
+}
+
+// userEvents publishes user deletions on the durable user stream
+// (pkg/userevents), creating the stream first if need be, so that auth
+// does not depend on a consumer having started.
+type userEvents struct {
+	js     jetstream.JetStream
+	prefix string
+}
+
+func (e userEvents) Deleted(ctx context.Context, userID string) error {
+	if err := userevents.EnsureStream(ctx, e.js, e.prefix); err != nil {
+		return err
+	}
+	return userevents.PublishDeleted(ctx, e.js, e.prefix, userID)
 }

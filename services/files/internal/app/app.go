@@ -46,6 +46,9 @@ type Config struct {
 	ImageQuality     int
 	ImageConcurrency int
 	ImageWait        time.Duration
+	Quota            int64
+	EraseAckWait     time.Duration
+	EraseMaxDeliver  int
 	ReadIdle         time.Duration
 	SweepInterval    time.Duration
 	SweepAge         time.Duration
@@ -81,6 +84,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ImageQuality:     r.Int("IMAGE_QUALITY", 82),
 		ImageConcurrency: r.Int("IMAGE_CONCURRENCY", 2),
 		ImageWait:        r.Duration("IMAGE_WAIT", 30*time.Second),
+		Quota:            r.Int64("QUOTA", 10<<30),
+		EraseAckWait:     r.Duration("ERASE_ACK_WAIT", 30*time.Second),
+		EraseMaxDeliver:  r.Int("ERASE_MAX_DELIVER", 50),
 		ReadIdle:         r.Duration("READ_IDLE_TIMEOUT", 60*time.Second),
 		SweepInterval:    r.Duration("SWEEP_INTERVAL", 15*time.Minute),
 		SweepAge:         r.Duration("SWEEP_AGE", time.Hour),
@@ -90,6 +96,12 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	var problems []string
 	if c.IdentityKey == "" {
 		problems = append(problems, "IDENTITY_PUBLIC_KEY is required")
+	}
+	if c.EraseAckWait < time.Second || c.EraseMaxDeliver < 2 {
+		problems = append(problems, "FILES_ERASE_ACK_WAIT must be at least 1s and FILES_ERASE_MAX_DELIVER at least 2")
+	}
+	if c.Quota < 0 {
+		problems = append(problems, "FILES_QUOTA must not be negative (0: no quota)")
 	}
 	if c.MaxUpload <= 0 || c.ImageMaxBytes <= 0 || c.MaxMeta < 0 {
 		problems = append(problems, "FILES_MAX_UPLOAD and FILES_IMAGE_MAX_BYTES must be positive, FILES_MAX_META not negative")
@@ -188,6 +200,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		ImageMaxBytes:    cfg.ImageMaxBytes,
 		ImageConcurrency: cfg.ImageConcurrency,
 		ImageWait:        cfg.ImageWait,
+		DefaultQuota:     cfg.Quota,
 		Image: imaging.Options{
 			MaxPixels:   cfg.ImageMaxPixels,
 			MaxSide:     cfg.ImageMaxSide,
@@ -214,12 +227,16 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	})
 
 	var wg sync.WaitGroup
-	// No new sweep once shutdown begins; the defer covers early returns.
+	// No new sweep or erasure once shutdown begins (an erasure stopped
+	// halfway is delivered again); the defer covers early returns.
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer func() { stopSweep(); wg.Wait() }()
 	if cfg.SweepInterval > 0 {
 		wg.Go(func() { sweep(sweepCtx, log, svc, cfg.SweepInterval, cfg.SweepAge) })
 	}
+	wg.Go(func() {
+		eraseDeletedUsers(sweepCtx, log, nc, cfg.SubjectPrefix, svc, cfg.EraseAckWait, cfg.EraseMaxDeliver)
+	})
 
 	// Shutdown: in-flight requests finish (within FILES_SHUTDOWN_GRACE), the
 	// sweeper stops, our buffered error logs are published, NATS drains,
@@ -252,6 +269,11 @@ func sweep(ctx context.Context, log *slog.Logger, svc *files.Service, every, age
 			log.Warn("orphan sweep failed", "err", err, "removed", n)
 		} else if n > 0 {
 			log.Info("orphan sweep", "removed", n)
+		}
+		if n, err := svc.SweepLinks(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("share link sweep failed", "err", err)
+		} else if n > 0 {
+			log.Info("share link sweep", "removed", n)
 		}
 		wait = every - every/10 + time.Duration(rand.Int64N(int64(every/5)+1))
 	}

@@ -72,6 +72,13 @@ func (f *File) CanRead(r Reader, readAll bool) bool {
 	return r.Admin || readAll || r.UserID == f.Owner
 }
 
+// CanModify applies the rule for deleting a record and managing its share
+// links: its uploader and administrators only (READ_ALL grants reading,
+// never more).
+func (f *File) CanModify(r Reader) bool {
+	return r.UserID != "" && (r.Admin || r.UserID == f.Owner)
+}
+
 // Domain errors. Adapters wrap driver errors into these; the HTTP layer maps
 // them to statuses.
 var (
@@ -84,6 +91,7 @@ var (
 	ErrImageTooLarge = errors.New("image dimensions exceed the pixel limit")
 	ErrBadImage      = errors.New("image data is corrupt")
 	ErrBusy          = errors.New("too many images being processed")
+	ErrQuotaExceeded = errors.New("the upload would exceed the owner's storage quota")
 )
 
 // SourceError means reading the client's upload failed (truncated or
@@ -103,6 +111,21 @@ type Store interface {
 	ListByOwner(ctx context.Context, owner string, skip, limit int) ([]*File, error)
 	// Existing returns which of ids have a record.
 	Existing(ctx context.Context, ids []string) (map[string]bool, error)
+	// Delete removes a record; ErrNotFound when there is none.
+	Delete(ctx context.Context, id string) error
+	// Usage sums the sizes of owner's records and counts them.
+	Usage(ctx context.Context, owner string) (bytes, count int64, err error)
+
+	LinkStore
+	QuotaStore
+}
+
+// QuotaStore keeps the quotas an administrator set for single users.
+type QuotaStore interface {
+	// Quota returns owner's own quota, ok false when none is set.
+	Quota(ctx context.Context, owner string) (quota int64, ok bool, err error)
+	// SetQuota sets owner's quota, or removes it when quota is nil.
+	SetQuota(ctx context.Context, owner string, quota *int64) error
 }
 
 // Object is a stored object opened for reading.

@@ -24,6 +24,7 @@ type Config struct {
 	ImageMaxBytes    int64         // bytes of one uploaded image, before re-encoding
 	ImageConcurrency int           // images decoded and re-encoded at once
 	ImageWait        time.Duration // how long an image waits for a re-encode slot
+	DefaultQuota     int64         // bytes one user may store unless given their own quota; 0: no quota
 	Image            imaging.Options
 }
 
@@ -87,15 +88,17 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// limitedReader fails with ErrTooLarge once more than n bytes come.
+// limitedReader fails with its err (ErrTooLarge or ErrQuotaExceeded) once
+// more than n bytes come.
 type limitedReader struct {
-	r io.Reader
-	n int64 // bytes still allowed
+	r   io.Reader
+	n   int64 // bytes still allowed
+	err error
 }
 
 func (l *limitedReader) Read(p []byte) (int, error) {
 	if l.n < 0 {
-		return 0, ErrTooLarge
+		return 0, l.err
 	}
 	if int64(len(p)) > l.n+1 {
 		p = p[:l.n+1]
@@ -103,9 +106,26 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	l.n -= int64(n)
 	if l.n < 0 {
-		return n, ErrTooLarge
+		return n, l.err
 	}
 	return n, err
+}
+
+// limit bounds src by max bytes and by what is left of owner's quota,
+// failing with ErrQuotaExceeded when nothing is.
+func (s *Service) limit(ctx context.Context, owner string, src io.Reader, max int64) (io.Reader, error) {
+	left, err := s.remaining(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	if left == 0 {
+		return nil, ErrQuotaExceeded
+	}
+	r := &limitedReader{r: src, n: max, err: ErrTooLarge}
+	if left > 0 && left < max {
+		r = &limitedReader{r: src, n: left, err: ErrQuotaExceeded}
+	}
+	return r, nil
 }
 
 // hashingReader hashes and counts what passes through.
@@ -133,12 +153,20 @@ var gzipWriters = sync.Pool{New: func() any {
 // first bytes, size and SHA-256 computed on the way, compressible content
 // gzip-compressed. Nothing is buffered beyond the object store's part
 // buffer. On error no object remains.
-func (s *Service) StoreFile(ctx context.Context, src io.Reader) (*Pending, error) {
+//
+// The upload is bounded by MaxUpload and by what is left of owner's quota
+// (ErrQuotaExceeded as soon as it is crossed); Commit checks the quota
+// again against concurrent uploads.
+func (s *Service) StoreFile(ctx context.Context, owner string, src io.Reader) (*Pending, error) {
 	id := NewID()
 	now := s.now().UTC().Truncate(time.Millisecond)
 	key := ObjectKey(KindFile, id, now)
 
-	sr := &sourceReader{r: &limitedReader{r: src, n: s.cfg.MaxUpload}}
+	lr, err := s.limit(ctx, owner, src, s.cfg.MaxUpload)
+	if err != nil {
+		return nil, err
+	}
+	sr := &sourceReader{r: lr}
 	hr := &hashingReader{r: sr, h: sha256.New()}
 
 	head := make([]byte, 512)
@@ -206,8 +234,8 @@ func (s *Service) putGzip(ctx context.Context, key string, body io.Reader) (PutR
 // blame returns the client's error when the source failed, else err.
 func (s *Service) blame(sr *sourceReader, err error) error {
 	if sr.err != nil {
-		if errors.Is(sr.err, ErrTooLarge) {
-			return ErrTooLarge
+		if errors.Is(sr.err, ErrTooLarge) || errors.Is(sr.err, ErrQuotaExceeded) {
+			return sr.err
 		}
 		return &SourceError{Err: sr.err}
 	}
@@ -217,9 +245,14 @@ func (s *Service) blame(sr *sourceReader, err error) error {
 // StoreImage reads an image (at most ImageMaxBytes), checks it is a JPEG,
 // PNG, GIF or WebP whose header dimensions are within the pixel limit,
 // re-encodes it (orientation applied, metadata dropped, resized) under the
-// concurrency cap, and stores the result.
-func (s *Service) StoreImage(ctx context.Context, src io.Reader) (*Pending, error) {
-	sr := &sourceReader{r: &limitedReader{r: src, n: s.cfg.ImageMaxBytes}}
+// concurrency cap, and stores the result. The upload counts against
+// owner's quota as StoreFile's does (the re-encoded size is recorded).
+func (s *Service) StoreImage(ctx context.Context, owner string, src io.Reader) (*Pending, error) {
+	lr, err := s.limit(ctx, owner, src, s.cfg.ImageMaxBytes)
+	if err != nil {
+		return nil, err
+	}
+	sr := &sourceReader{r: lr}
 	data, err := io.ReadAll(sr)
 	if err != nil {
 		return nil, s.blame(sr, err)
@@ -310,6 +343,23 @@ func (p *Pending) Commit(ctx context.Context, owner, name string, meta *string) 
 		return nil, err
 	}
 	p.done = true
+	// Checked after the insert, against every record then written: of
+	// uploads by one owner racing past the quota, each sees the others'
+	// records, so together they never pass it (under contention near the
+	// limit all of them may be refused).
+	if over, err := p.svc.overQuota(ctx, f.Owner); err != nil || over {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if derr := p.svc.store.Delete(cctx, f.ID); derr != nil && !errors.Is(derr, ErrNotFound) {
+			p.svc.log.Publish(ctx, LogEntry{Type: "error", Body: "removing record " + f.ID + " over quota failed: " + derr.Error()})
+			return nil, derr // the object stays with its record
+		}
+		p.svc.remove(f.Key)
+		if err != nil {
+			return nil, err
+		}
+		return nil, ErrQuotaExceeded
+	}
 	p.svc.log.Publish(ctx, LogEntry{Type: "log", Body: fmt.Sprintf("stored %s %s (%d bytes, %s) for %s", f.Kind, f.ID, f.Size, f.Type, owner)})
 	return &f, nil
 }

@@ -161,6 +161,14 @@ func New(o Options) *fiber.App {
 	app.Get("/download/file/:id", ident, web.RequireUser, h.download)
 	app.Get("/images/:id", ident, h.image) // public: any valid token, anonymous included
 	app.Get("/files", ident, web.RequireUser, h.list)
+	app.Delete("/files/:id", ident, web.RequireUser, h.deleteFile)
+	app.Post("/files/:id/links", ident, web.RequireUser, h.createLink)
+	app.Get("/files/:id/links", ident, web.RequireUser, h.links)
+	app.Delete("/files/:id/links/:linkId", ident, web.RequireUser, h.revokeLink)
+	app.Get("/s/:token", ident, h.shared) // public: the token is the credential
+	app.Get("/me/usage", ident, web.RequireUser, h.myUsage)
+	app.Get("/usage/:userId", ident, web.RequireAdmin, h.userUsage)
+	app.Put("/usage/:userId", ident, web.RequireAdmin, h.setQuota)
 	return app
 }
 
@@ -174,21 +182,42 @@ type handler struct {
 // before reading the whole request body (an error, a refused upload). What is
 // left is read and dropped, up to a bound; past it the connection is closed
 // instead, so leftover bytes are never parsed as the next request.
+//
+// An upload refused mid-stream (over the size limit or the quota) sets
+// drainAllKey to the most it would have read: the rest of its body is then
+// read and dropped while it keeps coming, so that the answer reaches
+// clients that read it only after sending the whole body (the gateway's
+// proxy among them) instead of a reset connection.
 func drainBody(c *fiber.Ctx) error {
 	err := c.Next()
 	body := c.Context().RequestBodyStream()
 	if body == nil {
 		return err
 	}
-	if conn := c.Context().Conn(); conn != nil {
+	bound := int64(256 << 10)
+	if all, ok := c.Locals(drainAllKey).(int64); ok && all > bound {
+		bound = all
+	}
+	conn := c.Context().Conn()
+	if conn != nil {
 		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 	}
-	n, rerr := io.Copy(io.Discard, io.LimitReader(body, 256<<10))
-	if rerr != nil || n == 256<<10 {
+	var r io.Reader = io.LimitReader(body, bound)
+	if bound > 256<<10 {
+		r = &progressReader{r: r, conn: conn, idle: 2 * time.Second, last: time.Now()}
+	}
+	n, rerr := io.Copy(io.Discard, r)
+	if rerr != nil || n == bound {
 		c.Context().SetConnectionClose()
 	}
 	return err
 }
+
+type localKey int
+
+// drainAllKey (an int64 of bytes) asks drainBody to read the whole rest of
+// the body, up to that many bytes.
+const drainAllKey localKey = iota
 
 // progressReader extends the connection's read deadline while the body
 // keeps coming: a slow but steady upload lives, a stalled one dies after

@@ -56,7 +56,7 @@ func uploadResult(err error) string {
 	return UploadFailed
 }
 
-type storeFunc func(ctx context.Context, src io.Reader) (*files.Pending, error)
+type storeFunc func(ctx context.Context, owner string, src io.Reader) (*files.Pending, error)
 
 // upload reads a multipart/form-data body part by part straight from the
 // connection: the `file` part goes to store as it arrives (nothing is
@@ -112,8 +112,11 @@ func (h *handler) upload(c *fiber.Ctx, maxFile int64, store storeFunc) (*files.F
 				return nil, apiErr(http.StatusBadRequest, "duplicate_file", "the form has more than one file field", "field", "file")
 			}
 			name = partFileName(p)
-			pending, err = store(ctx, p)
+			pending, err = store(ctx, owner, p)
 			if err != nil {
+				if errors.Is(err, files.ErrQuotaExceeded) || errors.Is(err, files.ErrTooLarge) {
+					c.Locals(drainAllKey, maxBody)
+				}
 				return nil, h.storeErr(err, maxFile)
 			}
 		case "meta":
@@ -179,6 +182,8 @@ func (h *handler) storeErr(err error, maxFile int64) error {
 	switch {
 	case errors.Is(err, files.ErrTooLarge):
 		return tooLarge(maxFile)
+	case errors.Is(err, files.ErrQuotaExceeded):
+		return apiErr(http.StatusRequestEntityTooLarge, "quota_exceeded", "the upload would exceed your storage quota")
 	case errors.As(err, &se):
 		return formErr(se.Err, maxFile)
 	case errors.Is(err, files.ErrEmpty):

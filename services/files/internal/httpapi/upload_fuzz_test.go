@@ -21,6 +21,8 @@ import (
 // In-memory stores for the handler fuzz target (the real adapters are
 // tested against FerretDB and MinIO).
 type memRecords struct {
+	noLinks
+	noQuotas
 	mu sync.Mutex
 	m  map[string]*files.File
 }
@@ -46,6 +48,22 @@ func (s *memRecords) ListByOwner(context.Context, string, int, int) ([]*files.Fi
 }
 
 func (s *memRecords) Existing(context.Context, []string) (map[string]bool, error) { return nil, nil }
+
+func (s *memRecords) Delete(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, id)
+	return nil
+}
+
+func (s *memRecords) Usage(context.Context, string) (int64, int64, error) { return 0, 0, nil }
+
+// The fuzz target runs without share links or quotas.
+type noLinks struct{ files.LinkStore }
+type noQuotas struct{}
+
+func (noQuotas) Quota(context.Context, string) (int64, bool, error) { return 0, false, nil }
+func (noQuotas) SetQuota(context.Context, string, *int64) error     { return nil }
 
 type memObjects struct {
 	mu sync.Mutex

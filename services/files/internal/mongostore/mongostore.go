@@ -17,27 +17,48 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Collection is the collection of file records.
-const Collection = "files"
+// Collections of the store.
+const (
+	Collection      = "files"       // file records
+	LinksCollection = "file_links"  // share links
+	QuotaCollection = "file_quotas" // quotas set for single users
+	SlotsCollection = "file_link_downloads"
+)
 
 // Store is a files.Store.
 type Store struct {
-	coll *mongo.Collection
+	coll   *mongo.Collection
+	links  *mongo.Collection
+	quotas *mongo.Collection
+	slots  *mongo.Collection // downloads taken of limited links
 }
 
 var _ files.Store = (*Store)(nil)
 
 // New returns a store on db.
 func New(db *mongo.Database) *Store {
-	return &Store{coll: db.Collection(Collection)}
+	return &Store{coll: db.Collection(Collection), links: db.Collection(LinksCollection), quotas: db.Collection(QuotaCollection), slots: db.Collection(SlotsCollection)}
 }
 
-// EnsureIndexes creates the listing index (idempotent).
+// EnsureIndexes creates the listing and link indexes (idempotent).
 func (s *Store) EnsureIndexes(ctx context.Context) error {
-	return mapErr(mongox.EnsureIndexes(ctx, s.coll, mongo.IndexModel{
+	if err := mongox.EnsureIndexes(ctx, s.coll, mongo.IndexModel{
 		Keys:    bson.D{{Key: "owner", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}},
 		Options: options.Index().SetName("owner_createdAt"),
-	}))
+	}); err != nil {
+		return mapErr(err)
+	}
+	if err := mongox.EnsureIndexes(ctx, s.links,
+		mongo.IndexModel{Keys: bson.D{{Key: "tokenHash", Value: 1}}, Options: options.Index().SetName("tokenHash").SetUnique(true)},
+		mongo.IndexModel{Keys: bson.D{{Key: "fileId", Value: 1}, {Key: "createdAt", Value: -1}}, Options: options.Index().SetName("fileId_createdAt")},
+		mongo.IndexModel{Keys: bson.D{{Key: "expiresAt", Value: 1}}, Options: options.Index().SetName("expiresAt")},
+	); err != nil {
+		return mapErr(err)
+	}
+	return mapErr(mongox.EnsureIndexes(ctx, s.slots,
+		mongo.IndexModel{Keys: bson.D{{Key: "linkId", Value: 1}}, Options: options.Index().SetName("linkId")},
+		mongo.IndexModel{Keys: bson.D{{Key: "fileId", Value: 1}}, Options: options.Index().SetName("fileId")},
+	))
 }
 
 type fileDoc struct {
@@ -130,6 +151,207 @@ func (s *Store) Existing(ctx context.Context, ids []string) (map[string]bool, er
 		out[d.ID] = true
 	}
 	return out, nil
+}
+
+// Delete removes a record.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	res, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		return mapErr(err)
+	}
+	if res.DeletedCount == 0 {
+		return files.ErrNotFound
+	}
+	return nil
+}
+
+// Usage sums the sizes of owner's records and counts them.
+func (s *Store) Usage(ctx context.Context, owner string) (int64, int64, error) {
+	cur, err := s.coll.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$match", Value: bson.D{{Key: "owner", Value: owner}}}},
+		{{Key: "$group", Value: bson.D{
+			{Key: "_id", Value: nil},
+			{Key: "bytes", Value: bson.D{{Key: "$sum", Value: "$size"}}},
+		}}},
+	})
+	if err != nil {
+		return 0, 0, mapErr(err)
+	}
+	var out []struct {
+		Bytes int64 `bson:"bytes"`
+	}
+	if err := cur.All(ctx, &out); err != nil {
+		return 0, 0, mapErr(err)
+	}
+	// Counted apart: FerretDB's $group does not sum constants.
+	n, err := s.coll.CountDocuments(ctx, bson.D{{Key: "owner", Value: owner}})
+	if err != nil || len(out) == 0 {
+		return 0, n, mapErr(err)
+	}
+	return out[0].Bytes, n, nil
+}
+
+type linkDoc struct {
+	ID           string    `bson:"_id"`
+	FileID       string    `bson:"fileId"`
+	Owner        string    `bson:"owner"`
+	TokenHash    string    `bson:"tokenHash"`
+	CreatedAt    time.Time `bson:"createdAt"`
+	ExpiresAt    time.Time `bson:"expiresAt"`
+	MaxDownloads int64     `bson:"maxDownloads"`
+	Downloads    int64     `bson:"downloads"`
+}
+
+func toLinkDoc(l *files.Link) linkDoc {
+	return linkDoc{ID: l.ID, FileID: l.FileID, Owner: l.Owner, TokenHash: l.TokenHash, CreatedAt: l.CreatedAt.UTC(),
+		ExpiresAt: l.ExpiresAt.UTC(), MaxDownloads: l.MaxDownloads, Downloads: l.Downloads}
+}
+
+func fromLinkDoc(d *linkDoc) *files.Link {
+	return &files.Link{ID: d.ID, FileID: d.FileID, Owner: d.Owner, TokenHash: d.TokenHash, CreatedAt: d.CreatedAt.UTC(),
+		ExpiresAt: d.ExpiresAt.UTC(), MaxDownloads: d.MaxDownloads, Downloads: d.Downloads}
+}
+
+// InsertLink writes a new share link.
+func (s *Store) InsertLink(ctx context.Context, l *files.Link) error {
+	_, err := s.links.InsertOne(ctx, toLinkDoc(l))
+	return mapErr(err)
+}
+
+// LinkByTokenHash finds a link by the hash of its token.
+func (s *Store) LinkByTokenHash(ctx context.Context, hash string) (*files.Link, error) {
+	var d linkDoc
+	if err := s.links.FindOne(ctx, bson.D{{Key: "tokenHash", Value: hash}}).Decode(&d); err != nil {
+		return nil, linkErr(err)
+	}
+	return fromLinkDoc(&d), nil
+}
+
+// LinksByFile returns a file's links, newest first.
+func (s *Store) LinksByFile(ctx context.Context, fileID string) ([]*files.Link, error) {
+	cur, err := s.links.Find(ctx, bson.D{{Key: "fileId", Value: fileID}},
+		options.Find().SetSort(bson.D{{Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(1000))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var docs []linkDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]*files.Link, len(docs))
+	for i := range docs {
+		out[i] = fromLinkDoc(&docs[i])
+	}
+	return out, nil
+}
+
+// DeleteLink removes one link of a file.
+func (s *Store) DeleteLink(ctx context.Context, fileID, id string) error {
+	res, err := s.links.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "fileId", Value: fileID}})
+	if err != nil {
+		return mapErr(err)
+	}
+	if _, err := s.slots.DeleteMany(ctx, bson.D{{Key: "linkId", Value: id}}); err != nil {
+		return mapErr(err)
+	}
+	if res.DeletedCount == 0 {
+		return files.ErrLinkNotFound
+	}
+	return nil
+}
+
+// DeleteLinksByFile removes every link of a file.
+func (s *Store) DeleteLinksByFile(ctx context.Context, fileID string) error {
+	if _, err := s.links.DeleteMany(ctx, bson.D{{Key: "fileId", Value: fileID}}); err != nil {
+		return mapErr(err)
+	}
+	_, err := s.slots.DeleteMany(ctx, bson.D{{Key: "fileId", Value: fileID}})
+	return mapErr(err)
+}
+
+// CountDownload takes one of the link's max downloads. Each download is a
+// slot document whose _id is "<link id>/<n>": inserting it is atomic on
+// every MongoDB-wire server (FerretDB does not apply a filtered $inc
+// atomically), so concurrent downloads never take more than max slots.
+// The link's downloads field follows, for display.
+func (s *Store) CountDownload(ctx context.Context, id string, max int64) (bool, error) {
+	var d linkDoc
+	if err := s.links.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil {
+		return false, linkErr(err)
+	}
+	for n := d.Downloads + 1; n <= max; n++ {
+		_, err := s.slots.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("%s/%d", id, n)}, {Key: "linkId", Value: id}, {Key: "fileId", Value: d.FileID}})
+		if mongox.IsDuplicate(err) {
+			continue
+		}
+		if err != nil {
+			return false, mapErr(err)
+		}
+		_, err = s.links.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "downloads", Value: bson.D{{Key: "$lt", Value: n}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "downloads", Value: n}}}})
+		return true, mapErr(err)
+	}
+	return false, nil
+}
+
+// DeleteLinksExpiredBefore removes links that expired before t.
+func (s *Store) DeleteLinksExpiredBefore(ctx context.Context, t time.Time) (int64, error) {
+	filter := bson.D{{Key: "expiresAt", Value: bson.D{{Key: "$lt", Value: t.UTC()}}}}
+	cur, err := s.links.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(1000))
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	var docs []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil || len(docs) == 0 {
+		return 0, mapErr(err)
+	}
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	if _, err := s.slots.DeleteMany(ctx, bson.D{{Key: "linkId", Value: bson.D{{Key: "$in", Value: ids}}}}); err != nil {
+		return 0, mapErr(err)
+	}
+	res, err := s.links.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return res.DeletedCount, nil
+}
+
+// Quota returns the quota set for owner, if any.
+func (s *Store) Quota(ctx context.Context, owner string) (int64, bool, error) {
+	var d struct {
+		Quota int64 `bson:"quota"`
+	}
+	err := s.quotas.FindOne(ctx, bson.D{{Key: "_id", Value: owner}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, mapErr(err)
+	}
+	return d.Quota, true, nil
+}
+
+// SetQuota sets or (nil) removes owner's quota.
+func (s *Store) SetQuota(ctx context.Context, owner string, quota *int64) error {
+	if quota == nil {
+		_, err := s.quotas.DeleteOne(ctx, bson.D{{Key: "_id", Value: owner}})
+		return mapErr(err)
+	}
+	_, err := s.quotas.UpdateOne(ctx, bson.D{{Key: "_id", Value: owner}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "quota", Value: *quota}}}}, options.UpdateOne().SetUpsert(true))
+	return mapErr(err)
+}
+
+func linkErr(err error) error {
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return files.ErrLinkNotFound
+	}
+	return mapErr(err)
 }
 
 func mapErr(err error) error {
