@@ -194,6 +194,15 @@ func TestSignInWalkThrough(t *testing.T) {
 		}
 	}
 
+	// One X-Request-Id per answer, the gateway's, whichever process answered
+	// (auth, files, or the gateway itself for GET /me).
+	for _, path := range []string{"/me/sessions", "/files", "/me"} {
+		st, _, h := ada.do("GET", path, nil)
+		if ids := h.Values("X-Request-Id"); st != 200 || len(ids) != 1 || ids[0] == "" {
+			t.Fatalf("GET %s: status %d, X-Request-Id %q, want 200 and exactly one", path, st, ids)
+		}
+	}
+
 	// A second device of the same user.
 	phone := newClient(t, p.GatewayURL)
 	phone.mustStatus(200, "POST", "/signin", map[string]string{"email": "ada@example.com", "password": "correct horse battery"})

@@ -66,9 +66,11 @@ func (f *fakeAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	echo(w, r)
 }
 
-// echo reports the identity header and body a service received.
+// echo reports the identity header and body a service received, and
+// echoes the request id as the services do.
 func echo(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{
 		"identity": r.Header.Get(identity.Header),
@@ -475,5 +477,45 @@ func TestBodyCeilings(t *testing.T) {
 	status, _ = do(t, "POST", g.url+"/signin", "", `{"email":"a@b.c"}`, nil)
 	if status != 200 {
 		t.Fatalf("small body: %d", status)
+	}
+}
+
+// The services echo the X-Request-Id they are sent; a proxied answer still
+// carries exactly one, the gateway's, which the service received.
+func TestOneRequestIDPerResponse(t *testing.T) {
+	g := startGateway(t, nil)
+	for _, tc := range []struct{ path, cookie, sent string }{
+		{"/files", userCookie, "client-id-1"},
+		{"/files", userCookie, ""},
+		{"/log/log/1", adminCookie, "client-id-2"},
+		{"/me/sessions", userCookie, ""},
+		{"/files", userCookie, "not a valid id!"},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, g.url+tc.path, nil)
+		req.AddCookie(&http.Cookie{Name: "sessionId", Value: tc.cookie})
+		if tc.sent != "" {
+			req.Header.Set("X-Request-Id", tc.sent)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		got := resp.Header.Values("X-Request-Id")
+		if resp.StatusCode != 200 || len(got) != 1 {
+			t.Fatalf("%s (sent %q): status %d, X-Request-Id %q, want 200 and exactly one", tc.path, tc.sent, resp.StatusCode, got)
+		}
+		if got[0] != body["rid"] {
+			t.Errorf("%s: answer's id %q, the service received %v", tc.path, got[0], body["rid"])
+		}
+		if tc.sent == "client-id-1" || tc.sent == "client-id-2" {
+			if got[0] != tc.sent {
+				t.Errorf("%s: id %q, want the client's %q", tc.path, got[0], tc.sent)
+			}
+		} else if got[0] == "" || got[0] == tc.sent {
+			t.Errorf("%s: id %q, want one the gateway made", tc.path, got[0])
+		}
 	}
 }

@@ -202,6 +202,9 @@ func New(cfg Config) *Handler {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(keyTarget).(*target)
+			// The service echoes the request id it was sent (the
+			// gateway's, set in ServeHTTP): one copy in the answer.
+			resp.Header.Del(web.RequestIDHeader)
 			// Anything that changed sessions or users through auth drops
 			// this gateway's cached copy at once; auth tells the others.
 			if t.service == "auth" && t.hash != "" && resp.Request.Method != http.MethodGet && resp.StatusCode < 400 {

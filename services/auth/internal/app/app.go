@@ -70,7 +70,7 @@ type Config struct {
 	Mail            account.MailConfig
 }
 
-// LoadConfig reads the configuration; see README.md for the table.
+// LoadConfig reads the configuration; see docs/auth.md for the table.
 func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	r := config.New("AUTH", getenv)
 	c := Config{
