@@ -65,6 +65,9 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 		PageSize: r.Int("PAGE_SIZE", 50),
 		MaxLimit: r.Int("MAX_LIMIT", 500),
 		MaxPage:  r.Int("MAX_PAGE", 100000),
+		// A search (q=) answers within this budget, with a cursor when it
+		// had to stop before its page was full.
+		SearchBudget: r.Duration("SEARCH_BUDGET", time.Second),
 	}
 	s.Ingest = natsingest.Config{
 		Prefix:       s.Prefix,
@@ -107,6 +110,9 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	}
 	if s.ChunkCacheMB < 0 || s.ChunkCacheMB > 1<<20 {
 		problems = append(problems, "LOGS_CHUNK_CACHE_MB must be between 0 and 1048576")
+	}
+	if s.HTTP.SearchBudget <= 0 {
+		problems = append(problems, "LOGS_SEARCH_BUDGET must be positive")
 	}
 	if s.FilterScan < 1 {
 		problems = append(problems, "LOGS_FILTER_SCAN must be at least 1")

@@ -90,7 +90,11 @@ func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, 
 	var start, head *chunkDoc
 	var idx int
 	var err error
-	filtered := q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero()
+	filtered := q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero() || q.Search != nil
+	// stop: the read has looked at as much as it may for one page.
+	stop := func(looked int) bool {
+		return looked >= s.filterScan || (!q.Deadline.IsZero() && !time.Now().Before(q.Deadline))
+	}
 	if q.BeforeID == "" {
 		// A cursor page needs no head: it starts at the cursor's chunk.
 		if head, err = s.head(ctx, key); err != nil || head == nil {
@@ -130,7 +134,7 @@ func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, 
 				break
 			}
 			if back := sk.skip(c); back > 0 {
-				if looked >= s.filterScan {
+				if stop(looked) {
 					return out, c.Records[0].ID.Hex(), nil // nothing in c matches
 				}
 				if c, err = s.chunk(ctx, key, c.N-back); err != nil {
@@ -161,7 +165,7 @@ func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, 
 		if len(out) >= q.Limit {
 			break
 		}
-		if filtered && looked >= s.filterScan {
+		if filtered && stop(looked) {
 			return out, c.Records[0].ID.Hex(), nil // c is read to its oldest record
 		}
 		if c, err = s.chunk(ctx, key, c.N-1); err != nil {
@@ -184,6 +188,13 @@ func matches(q logs.Query, r chunkRec) bool {
 	}
 	if !q.To.IsZero() && !r.CreatedAt.Before(q.To) {
 		return false
+	}
+	if q.Search != nil {
+		m := ""
+		if r.MetricsID != nil {
+			m = *r.MetricsID
+		}
+		return q.Search.Match(r.LogBody, m)
 	}
 	return true
 }
