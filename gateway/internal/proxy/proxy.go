@@ -60,6 +60,9 @@ var Routes = []Route{
 	{Prefix: "/download", Service: "files", Access: Session},
 	{Prefix: "/files", Service: "files", Access: Session},
 	{Prefix: "/log", Service: "logs", Access: Admin},
+	// OTLP/HTTP logs: no session; the service checks the caller's
+	// credential (X-Service-Credential) itself.
+	{Prefix: "/v1/logs", Exact: true, Service: "logs", Access: Service},
 }
 
 func match(path string) (Route, bool) {

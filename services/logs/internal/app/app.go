@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/mongostore"
 	"github.com/acme/platform/services/logs/internal/natsingest"
+	"github.com/acme/platform/services/logs/internal/otlpingest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -42,6 +44,7 @@ type Settings struct {
 	ChunkCacheMB                                        int           // recently used chunks kept in memory
 	FilterScan                                          int           // chunks a filtered read looks at, at most
 	Tail                                                httpapi.TailConfig
+	ServiceCredentials                                  []string // accepted on POST /v1/logs
 }
 
 // Load reads the settings.
@@ -55,6 +58,13 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 		Prefix:    r.String("NATS_SUBJECT_PREFIX", "acme"),
 		PublicKey: r.String("IDENTITY_PUBLIC_KEY", ""),
 		Org:       r.Own("ORG", "ACME"),
+	}
+	for _, v := range []string{r.Secret("SERVICE_CREDENTIALS", ""), r.Secret("SERVICE_CREDENTIAL", "")} {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" {
+				s.ServiceCredentials = append(s.ServiceCredentials, c)
+			}
+		}
 	}
 	s.Apps = r.List("APPS", "")
 	if len(s.Apps) == 0 {
@@ -212,6 +222,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		Verifier:   identity.NewVerifier(pub, "logs"),
 		Tail:       &natsingest.Tail{JS: js, NC: nc, Config: s.Ingest, Validator: validator},
 		TailConfig: s.Tail, Stop: ctx,
+		OTLP: otlpingest.Publisher{JS: js}, Prefix: s.Prefix, ServiceCredentials: s.ServiceCredentials,
 		Checks: map[string]func(context.Context) error{
 			"mongo": store.Ping,
 			"nats": func(context.Context) error {

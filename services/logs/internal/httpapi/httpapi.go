@@ -41,8 +41,13 @@ type API struct {
 	// Tail feeds GET /log/tail; Stop ends every open tail (shutdown).
 	Tail       Tailer
 	TailConfig TailConfig
-	Stop       context.Context
-	tails      tailState
+	// OTLP publishes POST /v1/logs records on the log stream (subject
+	// prefix Prefix); ServiceCredentials are the credentials it accepts.
+	OTLP               OTLPPublisher
+	Prefix             string
+	ServiceCredentials []string
+	Stop               context.Context
+	tails              tailState
 }
 
 // Register mounts the routes on app.
@@ -55,6 +60,7 @@ func (a *API) Register(app *fiber.App) {
 	}
 	web.Health(app, a.Checks)
 	app.Use(web.RequireIdentity(a.Verifier))
+	app.Post("/v1/logs", a.otlpLogs)
 	g := app.Group("/log", web.RequireAdmin)
 	g.Post("/", a.postLog)
 	g.Get("/dead", a.listDead)

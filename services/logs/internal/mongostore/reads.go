@@ -91,9 +91,12 @@ func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, 
 	var idx int
 	var err error
 	filtered := q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero() || q.Search != nil
-	// stop: the read has looked at as much as it may for one page.
+	// stop: the read has looked at as much as it may for one page. The
+	// time budget never stops it in its first chunk: a page resumed from a
+	// cursor at the start of a chunk finds nothing there, and must reach at
+	// least the chunk before to move on.
 	stop := func(looked int) bool {
-		return looked >= s.filterScan || (!q.Deadline.IsZero() && !time.Now().Before(q.Deadline))
+		return looked >= s.filterScan || (looked > 0 && !q.Deadline.IsZero() && !time.Now().Before(q.Deadline))
 	}
 	if q.BeforeID == "" {
 		// A cursor page needs no head: it starts at the cursor's chunk.
