@@ -18,7 +18,9 @@ func str(s string) *commonpb.AnyValue {
 	return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: s}}
 }
 
-func kv(k string, v *commonpb.AnyValue) *commonpb.KeyValue { return &commonpb.KeyValue{Key: k, Value: v} }
+func kv(k string, v *commonpb.AnyValue) *commonpb.KeyValue {
+	return &commonpb.KeyValue{Key: k, Value: v}
+}
 
 func request(service string, recs ...*logspb.LogRecord) *collogs.ExportLogsServiceRequest {
 	return &collogs.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
