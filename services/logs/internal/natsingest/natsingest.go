@@ -476,11 +476,14 @@ func PlainMsgID(tag string, seq uint64) string { return fmt.Sprintf("seq-%s-%d",
 
 // decodePayload reads a message's payload: a JSON object (logclient.Message)
 // when its first non-blank byte is '{', else plain text that is the record's
-// logBody as it is (app and type then come from the subject). reason says
+// logBody, without trailing line ends (app and type then come from the
+// subject). reason says
 // why a JSON payload is refused.
 func decodePayload(data []byte) (msg logclient.Message, reason string) {
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return logclient.Message{LogBody: string(data)}, ""
+		// Line ends a shell pipe adds (`echo ... | nats pub`) are not part of
+		// the message.
+		return logclient.Message{LogBody: strings.TrimRight(string(data), "\r\n")}, ""
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
