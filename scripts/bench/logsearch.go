@@ -174,6 +174,25 @@ func benchLogSearch(e *env) error {
 		}
 		none = append(none, s)
 	}
+	// Volume over time: the 24 hours per hour, counted from the chunks.
+	var stats []time.Duration
+	sq := url.Values{"app": {"LOGGING"}, "from": {start.Format(time.RFC3339Nano)}, "to": {end.Add(time.Millisecond).Format(time.RFC3339Nano)}, "step": {"1h"}}
+	for range 20 {
+		t := time.Now()
+		m, _, err := call(c, "GET", e.p.GatewayURL+"/log/stats?"+sq.Encode(), nil, hdr, 200)
+		if err != nil {
+			return err
+		}
+		stats = append(stats, time.Since(t))
+		var total float64
+		bs, _ := m["buckets"].([]any)
+		for _, b := range bs {
+			total += b.(map[string]any)["counts"].(map[string]any)["db"].(float64)
+		}
+		if int(total) != n {
+			return fmt.Errorf("stats counted %v records of the %d", total, n)
+		}
+	}
 	lat, rate, partial, short := summarize(cold)
 	e.report("logsearch", fmt.Sprintf("q=<word in 0.1%%>, first page of 50, 24 h window (%d records), cold (logs restarted)", n),
 		fmt.Sprintf("%s; %d partial, %d short", latString(lat), partial, short), "p99 <= 500 ms")
@@ -184,6 +203,7 @@ func benchLogSearch(e *env) error {
 	lat, rate, partial, _ = summarize(none)
 	e.report("logsearch", "q=<word in no record>: stops at LOGS_SEARCH_BUDGET (1 s)", fmt.Sprintf("%s; %d of %d partial", latString(lat), partial, len(none)), "")
 	e.report("logsearch", "  records scanned per second (within the budget)", fmt.Sprintf("%.0f (median)", rate), "")
+	e.report("logsearch", fmt.Sprintf("GET /log/stats, 24 h per hour, %d records", n), latString(stats), "")
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acme/platform/services/logs/internal/logs"
@@ -170,6 +171,11 @@ func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, 
 		}
 		if filtered && stop(looked) {
 			return out, c.Records[0].ID.Hex(), nil // c is read to its oldest record
+		}
+		if q.Search != nil && looked >= 1 {
+			// A search reads chunk after chunk: from its third chunk on,
+			// the next ones are read several at a time.
+			s.readAhead(ctx, key, c.N-1)
 		}
 		if c, err = s.chunk(ctx, key, c.N-1); err != nil {
 			return nil, "", err
@@ -401,4 +407,28 @@ func (s *Store) Listed(ctx context.Context, appID string) ([]logs.Record, error)
 		}
 	}
 	return out, nil
+}
+
+// searchReadAhead is how many chunks a search reads at once.
+const searchReadAhead = 8
+
+// readAhead puts chunks n, n-1, ... (searchReadAhead of them) in the cache,
+// reading those not there concurrently: a search spends most of its time
+// waiting for chunk after chunk, and the server and the decoding of one
+// chunk overlap with the others. Errors are left for the read that follows.
+func (s *Store) readAhead(ctx context.Context, key string, n int64) {
+	if s.cache == nil || s.cache.max <= 0 {
+		return // nowhere to keep them (LOGS_CHUNK_CACHE_MB=0)
+	}
+	if s.cache.get(chunkID(key, n)) != nil {
+		return // read ahead already, or recently
+	}
+	var wg sync.WaitGroup
+	for i := n; i > n-searchReadAhead && i >= 1; i-- {
+		if s.cache.get(chunkID(key, i)) != nil {
+			continue
+		}
+		wg.Go(func() { _, _ = s.chunk(ctx, key, i) })
+	}
+	wg.Wait()
 }
