@@ -57,7 +57,7 @@ func benchLogSearch(e *env) error {
 				body += ", needle found"
 			}
 			data, _ := json.Marshal(logclient.Message{App: "LOGGING", Type: logclient.TypeDB, LogBody: body,
-				CreatedAt: start.Add(time.Duration(int64(24*time.Hour) * int64(i) / int64(n)))})
+				CreatedAt: start.Add(time.Duration(i) * (24 * time.Hour / time.Duration(n)))})
 			m := nats.NewMsg(subject)
 			m.Data = data
 			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("search-%d", i))
@@ -190,7 +190,7 @@ func benchLogSearch(e *env) error {
 			total += b.(map[string]any)["counts"].(map[string]any)["db"].(float64)
 		}
 		if int(total) != n {
-			return fmt.Errorf("stats counted %v records of the %d", total, n)
+			return fmt.Errorf("stats counted %v records of the %d: %v", total, n, m)
 		}
 	}
 	lat, rate, partial, short := summarize(cold)

@@ -219,7 +219,7 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		q.BeforeID = strings.Clone(s)
 	}
 	if q.Search != nil {
-		q.Deadline = a.Now().Add(a.Config.SearchBudget)
+		q.Deadline = time.Now().Add(a.Config.SearchBudget)
 	}
 	found, err := a.Store.List(c.UserContext(), q)
 	switch {
