@@ -84,6 +84,16 @@ func TestStats(t *testing.T) {
 	mongostore.SetChunkMax(st, 16)
 	insert(t, st, recs(0, 1000, logs.TypeLog))
 	insert(t, st, recs(0, 300, logs.TypeDB))
+	// The writer's store has every chunk in its cache; a fresh one (another
+	// replica, a restart) reads the chunks' headers from the server.
+	fresh := mongostore.New(st.Database())
+	for _, st := range []*mongostore.Store{st, fresh} {
+		statsMatch(t, st)
+	}
+}
+
+func statsMatch(t *testing.T, st *mongostore.Store) {
+	t.Helper()
 	for _, step := range []time.Duration{7 * time.Millisecond, 100 * time.Millisecond, time.Second} {
 		for _, app := range []string{"", "appB"} {
 			from, to := t0.Add(50*time.Millisecond), t0.Add(950*time.Millisecond)
