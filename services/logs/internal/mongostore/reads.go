@@ -410,7 +410,7 @@ func (s *Store) Listed(ctx context.Context, appID string) ([]logs.Record, error)
 }
 
 // searchReadAhead is how many chunks a search reads at once.
-const searchReadAhead = 8
+const searchReadAhead = 16
 
 // readAhead puts chunks n, n-1, ... (searchReadAhead of them) in the cache,
 // reading those not there concurrently: a search spends most of its time
