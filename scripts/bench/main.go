@@ -2,7 +2,7 @@
 // four processes, then measures each target side by side with its raw limit
 // in the same run, and prints ratios. Nothing here is a timed assertion.
 //
-// BENCH_ONLY=auth,pocketbase,files,logs selects sections (all by default);
+// BENCH_ONLY=auth,pocketbase,files,logs,logsearch selects sections (all by default);
 // BENCH_SECONDS sets the length of each timed phase (default 8). The
 // pocketbase section runs a pinned PocketBase beside the platform and
 // compares the two.
@@ -123,7 +123,7 @@ func run(ctx context.Context, out io.Writer) error {
 	sections := []struct {
 		name string
 		fn   func(*env) error
-	}{{"auth", benchAuth}, {"pocketbase", benchPocketBase}, {"files", benchFiles}, {"logs", benchLogs}}
+	}{{"auth", benchAuth}, {"pocketbase", benchPocketBase}, {"files", benchFiles}, {"logs", benchLogs}, {"logsearch", benchLogSearch}}
 	for _, s := range sections {
 		if !want(s.name) {
 			continue

@@ -548,6 +548,47 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got := bodies(); !slices.Equal(got, newest) {
 			t.Fatalf("page 1 again: %q, want %q", got, newest)
 		}
+
+		// Search (q=): a word of the published error record, any case.
+		adm.selectOption(doc.label("Type"), "error")
+		adm.selectOption(doc.label("Application"), "SERVER-APP-A")
+		adm.fill(doc.label("Search"), "BUILD-7")
+		adm.redraw(listed, func() { adm.click(show) })
+		if got := bodies(); len(got) != 1 || !strings.Contains(got[0], "build-7") {
+			t.Fatalf("search BUILD-7: %q", got)
+		}
+		adm.fill(doc.label("Search"), `"full on build-8"`)
+		adm.redraw(listed, func() { adm.click(show) })
+		if got := bodies(); !slices.Equal(got, []string{"No records."}) {
+			t.Fatalf("search for a phrase no record has: %q", got)
+		}
+		// The volume chart: one bar per interval of the last 24 hours; the
+		// newest holds the record; choosing it narrows the list (From and
+		// To) to its interval.
+		adm.fill(doc.label("Search"), "")
+		adm.redraw(listed, func() { adm.click(show) })
+		bar := doc.css("#log-chart").role("button", rx(`: [1-9][0-9]* error$`))
+		adm.waitFor(bar)
+		var bars int
+		adm.eval(doc.css("#log-chart").role("button", nil).js+".length", &bars)
+		if bars < 24 || bars > 60 {
+			t.Fatalf("%d bars for 24 hours", bars)
+		}
+		adm.redraw(listed, func() { adm.click(bar.nth(adm.count(bar) - 1)) })
+		var from, to string
+		adm.eval(doc.label("From").js+"[0].value", &from)
+		adm.eval(doc.label("To").js+"[0].value", &to)
+		if from == "" || to == "" {
+			t.Fatal("choosing a bar did not set From and To")
+		}
+		if adm.count(listed.role("button", body)) != 1 {
+			t.Fatalf("the record is not listed in its bar's interval %s..%s: %q", from, to, bodies())
+		}
+		var href string
+		adm.eval(doc.role("link", "Export NDJSON").js+"[0].getAttribute('href')", &href)
+		if !strings.HasPrefix(href, "/log/export?type=error&") || !strings.Contains(href, "app=SERVER-APP-A") || !strings.Contains(href, "from=") {
+			t.Fatalf("export link %q", href)
+		}
 	})
 
 	b.step("admin dead letters", adm, func() {

@@ -198,6 +198,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"POST", "/log", "logs", aAdmin, 201, jsonBody(`{"app":"LOGGING","type":"log","logBody":"matrix"}`)},
 		{"GET", "/log/dead", "logs", aAdmin, 200, nil},
 		{"GET", "/log/apps", "logs", aAdmin, 200, nil},
+		{"GET", "/log/export", "logs", aAdmin, 200, nil},
+		{"GET", "/log/stats", "logs", aAdmin, 200, nil},
+		{"POST", "/v1/logs", "logs", aService, 0, jsonBody(`{"resourceLogs":[]}`)},
 		{"GET", "/log/tail", "logs", aAdmin, 200, nil}, // a stream: its status and headers are read, then it is closed
 		{"GET", "/log/error/1", "logs", aAdmin, 201, nil},
 		{"GET", "/log/error/1/LOGGING", "logs", aAdmin, 201, nil},

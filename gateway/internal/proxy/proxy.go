@@ -66,6 +66,9 @@ var Routes = []Route{
 	{Prefix: "/s", Service: "files", Access: Public}, // share links: the token is the credential
 	{Prefix: "/usage", Service: "files", Access: Admin},
 	{Prefix: "/log", Service: "logs", Access: Admin},
+	// OTLP/HTTP logs: no session; the service checks the caller's
+	// credential (X-Service-Credential) itself.
+	{Prefix: "/v1/logs", Exact: true, Service: "logs", Access: Service},
 }
 
 func match(path string) (Route, bool) {

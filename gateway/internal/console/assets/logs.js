@@ -1,5 +1,6 @@
 import { api, apiResponse } from './api.js';
 import { h, field, errorBox, say, fmtDate } from './dom.js';
+import { barChart, chooseStep } from './chart.js';
 
 const TYPES = ['log', 'error', 'db'];
 const MAX_LIVE = 200;
@@ -42,11 +43,47 @@ export async function logsPage(main) {
   const filters = h('form', { class: 'filters', 'aria-label': 'Log filters' },
     field('Type', 'type', { options: TYPES, value: 'log' }),
     field('Application', 'app', { options: appOptions, value: '' }),
+    field('Search', 'q', { type: 'search', placeholder: 'words or "a phrase"' }),
     field('From', 'from', { type: 'datetime-local', step: 1 }),
     field('To', 'to', { type: 'datetime-local', step: 1 }),
     field('Per page', 'limit', { options: ['20', '50', '100'], value: '50' }),
     h('button', { type: 'submit' }, 'Show'));
   filters.addEventListener('submit', (ev) => { ev.preventDefault(); cursors = ['']; load(); });
+
+  // datetime-local wants local time without a zone.
+  const localValue = (d) => {
+    const p = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  };
+  const exportLink = h('a', { class: 'button', id: 'log-export', download: 'logs.ndjson' }, 'Export NDJSON');
+  const chartBox = h('div', { class: 'chart-box', id: 'log-chart' });
+  const chartNote = h('p', { class: 'note' });
+
+  // The chart: GET /log/stats over the chosen range (the last 24 hours by
+  // default); a bar narrows the list to its interval.
+  async function loadChart() {
+    const f = filters;
+    const to = f.to.value ? new Date(f.to.value) : new Date();
+    const from = f.from.value ? new Date(f.from.value) : new Date(to.getTime() - 24 * 3600 * 1000);
+    if (!(from < to)) { chartBox.replaceChildren(); return; }
+    const step = chooseStep(from, to);
+    const q = new URLSearchParams({ from: from.toISOString(), to: to.toISOString(), step: step + 's' });
+    if (f.app.value) q.set('app', f.app.value);
+    try {
+      const stats = await api('GET', '/log/stats?' + q);
+      chartBox.replaceChildren(barChart(stats, f.type.value, (bf, bt) => {
+        f.from.value = localValue(bf);
+        f.to.value = localValue(bt);
+        cursors = [''];
+        load();
+      }));
+      chartNote.textContent = `Records of type ${f.type.value} per ${step >= 3600 ? step / 3600 + ' h' : step / 60 + ' min'}; choose a bar to list its records.` +
+        (stats.partial ? ' (Older intervals may be incomplete.)' : '');
+    } catch (e) {
+      chartBox.replaceChildren();
+      chartNote.textContent = 'Volume over time unavailable: ' + e.message;
+    }
+  }
 
   async function load() {
     err.show('');
@@ -56,11 +93,17 @@ export async function logsPage(main) {
     const q = new URLSearchParams({ limit: String(limit) });
     if (f.from.value) q.set('from', new Date(f.from.value).toISOString());
     if (f.to.value) q.set('to', new Date(f.to.value).toISOString());
+    if (f.q.value.trim()) q.set('q', f.q.value.trim());
+    const ex = new URLSearchParams({ type: f.type.value });
+    for (const k of ['from', 'to', 'q']) if (q.has(k)) ex.set(k, q.get(k));
+    if (f.app.value) ex.set('app', f.app.value);
+    exportLink.href = '/log/export?' + ex;
     const page = cursors.length;
+    if (page === 1) loadChart();
     if (cursors[page - 1]) q.set('before', cursors[page - 1]);
     try {
       const { data: r, headers } = await apiResponse('GET', path + '?' + q);
-      const resume = headers.get('Logs-Resume-Before');
+      const resume = headers.get('Logs-Resume-Before') || r.cursor || '';
       tbody.replaceChildren(...r.logs.map(row));
       if (!r.logs.length) tbody.append(h('tr', {}, h('td', { colspan: 4 }, resume ? 'Nothing yet: the search stopped early.' : 'No records.')));
       const next = resume || (r.logs.length === limit ? r.logs[r.logs.length - 1].id : '');
@@ -155,7 +198,8 @@ export async function logsPage(main) {
 
   main.append(
     h('section', { class: 'card', 'aria-labelledby': 'l-title' },
-      h('h1', { id: 'l-title' }, 'Logs'), filters, err, table(tbody, 'Log records'), pager),
+      h('h1', { id: 'l-title' }, 'Logs'), filters, err, chartBox, chartNote,
+      table(tbody, 'Log records'), pager, h('div', { class: 'toolbar' }, exportLink)),
     h('section', { class: 'card', 'aria-labelledby': 'lt-title' },
       h('h2', { id: 'lt-title' }, 'Live tail'),
       h('div', { class: 'toolbar' }, tailType, startBtn, pauseBtn, liveState),

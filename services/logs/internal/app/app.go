@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/mongostore"
 	"github.com/acme/platform/services/logs/internal/natsingest"
+	"github.com/acme/platform/services/logs/internal/otlpingest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -42,6 +44,7 @@ type Settings struct {
 	ChunkCacheMB                                        int           // recently used chunks kept in memory
 	FilterScan                                          int           // chunks a filtered read looks at, at most
 	Tail                                                httpapi.TailConfig
+	ServiceCredentials                                  []string // accepted on POST /v1/logs
 }
 
 // Load reads the settings.
@@ -56,6 +59,13 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 		PublicKey: r.String("IDENTITY_PUBLIC_KEY", ""),
 		Org:       r.Own("ORG", "ACME"),
 	}
+	for _, v := range []string{r.Secret("SERVICE_CREDENTIALS", ""), r.Secret("SERVICE_CREDENTIAL", "")} {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" {
+				s.ServiceCredentials = append(s.ServiceCredentials, c)
+			}
+		}
+	}
 	s.Apps = r.List("APPS", "")
 	if len(s.Apps) == 0 {
 		s.Apps = logs.DefaultAppNames(s.Org)
@@ -65,6 +75,9 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 		PageSize: r.Int("PAGE_SIZE", 50),
 		MaxLimit: r.Int("MAX_LIMIT", 500),
 		MaxPage:  r.Int("MAX_PAGE", 100000),
+		// A search (q=) answers within this budget, with a cursor when it
+		// had to stop before its page was full.
+		SearchBudget: r.Duration("SEARCH_BUDGET", time.Second),
 	}
 	s.Ingest = natsingest.Config{
 		Prefix:       s.Prefix,
@@ -107,6 +120,9 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	}
 	if s.ChunkCacheMB < 0 || s.ChunkCacheMB > 1<<20 {
 		problems = append(problems, "LOGS_CHUNK_CACHE_MB must be between 0 and 1048576")
+	}
+	if s.HTTP.SearchBudget <= 0 {
+		problems = append(problems, "LOGS_SEARCH_BUDGET must be positive")
 	}
 	if s.FilterScan < 1 {
 		problems = append(problems, "LOGS_FILTER_SCAN must be at least 1")
@@ -206,6 +222,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		Verifier:   identity.NewVerifier(pub, "logs"),
 		Tail:       &natsingest.Tail{JS: js, NC: nc, Config: s.Ingest, Validator: validator},
 		TailConfig: s.Tail, Stop: ctx,
+		OTLP: otlpingest.Publisher{JS: js}, Prefix: s.Prefix, ServiceCredentials: s.ServiceCredentials,
 		Checks: map[string]func(context.Context) error{
 			"mongo": store.Ping,
 			"nats": func(context.Context) error {

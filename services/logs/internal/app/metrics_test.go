@@ -19,7 +19,7 @@ func TestMetrics(t *testing.T) {
 	// An id already stored (by an earlier delivery; written directly here).
 	v.storeDirect("dup-1", "ACME-S3", "stored before")
 	v.publish(subj, "dup-1", payload("ACME-S3", "log", "redelivered"))
-	v.publish(subj, "poison-1", []byte("not json"))
+	v.publish(subj, "poison-1", []byte("{not json"))
 	waitFor(t, 20*time.Second, "records", func() bool { return v.count(nil) == 4 })
 	waitFor(t, 10*time.Second, "consumer settled", v.settled)
 

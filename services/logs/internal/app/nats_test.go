@@ -105,14 +105,14 @@ func TestNATSPoisonMessages(t *testing.T) {
 		data                 []byte
 	}{
 		{"badJSON", p + "LOGGING.log", "p1", []byte(`{not json`)},
-		{"notObject", p + "LOGGING.log", "p2", []byte(`"text"`)},
+		{"oversizedMsgID", p + "LOGGING.log", strings.Repeat("i", 129), payload("LOGGING", "log", "x")},
 		{"wrongTypes", p + "LOGGING.log", "p3", []byte(`{"app":1,"type":"log","logBody":"x"}`)},
 		{"unknownField", p + "LOGGING.log", "p4", []byte(`{"app":"LOGGING","type":"log","logBody":"x","x":1}`)},
 		{"unknownApp", p + "NOPE.log", "p5", payload("NOPE", "log", "x")},
 		{"differentlyCasedApp", p + "logging.log", "p6", payload("logging", "log", "x")},
 		{"invalidType", p + "LOGGING.warn", "p7", payload("LOGGING", "warn", "x")},
 		{"emptyBody", p + "LOGGING.log", "p8", payload("LOGGING", "log", "")},
-		{"missingMsgID", p + "LOGGING.log", "", payload("LOGGING", "log", "x")},
+		{"plainTextUnknownApp", p + "NOPE.log", "", []byte("plain text")},
 		{"subjectMismatch", p + "LOGGING.log", "p10", payload("ACME-S3", "log", "x")},
 		{"extraToken", p + "LOGGING.log.more", "p11", payload("LOGGING", "log", "x")},
 		{"trailingData", p + "LOGGING.log", "p12", append(payload("LOGGING", "log", "x"), []byte(` {}`)...)},

@@ -142,7 +142,7 @@ func TestIngestUnderDeploymentPermissions(t *testing.T) {
 	}
 	_ = lc.Close(ctx)
 	authJS, _ := jetstream.New(authNC)
-	poison := &nats.Msg{Subject: logclient.Subject(cfg.Prefix, "ACME-AUTH", logclient.TypeError), Data: []byte("not json"), Header: nats.Header{}}
+	poison := &nats.Msg{Subject: logclient.Subject(cfg.Prefix, "ACME-AUTH", logclient.TypeError), Data: []byte("{not json"), Header: nats.Header{}}
 	poison.Header.Set(jetstream.MsgIDHeader, logclient.NewMsgID())
 	if _, err := authJS.PublishMsg(ctx, poison); err != nil {
 		t.Fatal(err)

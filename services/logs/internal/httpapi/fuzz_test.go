@@ -71,6 +71,11 @@ func (m *memStore) List(_ context.Context, q logs.Query) (logs.Page, error) {
 	return logs.Page{Records: out[:min(len(out), q.Limit)]}, nil
 }
 
+func (m *memStore) Stats(_ context.Context, q logs.StatsQuery) (logs.Stats, error) {
+	n := int((q.To.Sub(q.From) + q.Step - 1) / q.Step)
+	return logs.Stats{Counts: make([]map[string]int64, n)}, nil
+}
+
 func (m *memStore) DeleteBefore(context.Context, time.Time) (int64, error) { return 0, nil }
 func (m *memStore) AddDeadLetters(context.Context, []logs.DeadLetter) error {
 	return nil
@@ -81,8 +86,8 @@ func (m *memStore) ListDeadLetters(context.Context, int, int) ([]logs.DeadLetter
 func (m *memStore) Ping(context.Context) error { return nil }
 
 // FuzzLogsHandlers sends arbitrary bodies to POST /log and arbitrary type,
-// page, app and query (limit, before, from, to, metricsId) to the listing
-// routes, as an admin, through the real router and handlers. No input may
+// page, app and query (limit, before, from, to, metricsId, q) to the listing,
+// export and stats routes, as an admin, through the real router and handlers. No input may
 // give a 5xx or an error without JSON; a 201 from POST /log echoes the
 // record sent, and a listing never holds more than the limit asked for.
 func FuzzLogsHandlers(f *testing.F) {
@@ -119,6 +124,12 @@ func FuzzLogsHandlers(f *testing.F) {
 	f.Add(false, "/log/dead", "page=2&limit=3")
 	f.Add(false, "/log/dead/1", "")
 	f.Add(false, "/log/log/1/%00", "from=x")
+	f.Add(false, "/log/error/1", `q="disk full" x&limit=3`)
+	f.Add(false, "/log/error/1", `q="open`)
+	f.Add(false, "/log/export", "type=error&app=ACME-AUTH&q=x")
+	f.Add(false, "/log/export", "app=NOPE")
+	f.Add(false, "/log/stats", "step=1m&from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z")
+	f.Add(false, "/log/stats", "step=0s")
 	f.Fuzz(func(t *testing.T, post bool, path, q string) {
 		var req = httptest.NewRequest("GET", "/", nil)
 		if post {
@@ -145,7 +156,14 @@ func FuzzLogsHandlers(f *testing.F) {
 		if resp.StatusCode >= 500 {
 			t.Fatalf("post=%v %s?%s: %d %s", post, path, q, resp.StatusCode, body)
 		}
-		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		ct := resp.Header.Get("Content-Type")
+		if resp.StatusCode == 200 && path == "/log/export" {
+			if ct != "application/x-ndjson" {
+				t.Fatalf("export as %q", ct)
+			}
+			return
+		}
+		if !strings.HasPrefix(ct, "application/json") {
 			t.Fatalf("%d without JSON", resp.StatusCode)
 		}
 		if resp.StatusCode >= 300 {

@@ -22,6 +22,9 @@ type Config struct {
 	PageSize int // default page size
 	MaxLimit int // largest ?limit=
 	MaxPage  int // largest page number; deeper reading uses ?before=
+	// SearchBudget is how long a listing with q= may read before it
+	// answers with what it found and a cursor (partial: true).
+	SearchBudget time.Duration
 }
 
 // API holds the handlers' dependencies.
@@ -38,8 +41,13 @@ type API struct {
 	// Tail feeds GET /log/tail; Stop ends every open tail (shutdown).
 	Tail       Tailer
 	TailConfig TailConfig
-	Stop       context.Context
-	tails      tailState
+	// OTLP publishes POST /v1/logs records on the log stream (subject
+	// prefix Prefix); ServiceCredentials are the credentials it accepts.
+	OTLP               OTLPPublisher
+	Prefix             string
+	ServiceCredentials []string
+	Stop               context.Context
+	tails              tailState
 }
 
 // Register mounts the routes on app.
@@ -47,13 +55,19 @@ func (a *API) Register(app *fiber.App) {
 	if a.Now == nil {
 		a.Now = time.Now
 	}
+	if a.Stop == nil {
+		a.Stop = context.Background()
+	}
 	web.Health(app, a.Checks)
 	app.Use(web.RequireIdentity(a.Verifier))
+	app.Post("/v1/logs", a.otlpLogs)
 	g := app.Group("/log", web.RequireAdmin)
 	g.Post("/", a.postLog)
 	g.Get("/dead", a.listDead)
 	g.Get("/tail", a.tail)
 	g.Get("/apps", a.listApps)
+	g.Get("/export", a.export)
+	g.Get("/stats", a.stats)
 	g.Get("/:type/:page", func(c *fiber.Ctx) error { return a.listLogs(c, false) })
 	g.Get("/:type/:page/:app", func(c *fiber.Ctx) error { return a.listLogs(c, true) })
 }
@@ -195,30 +209,17 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		return err
 	}
 	q.Skip = (page - 1) * q.Limit
-	if s := c.Query("from"); s != "" {
-		if q.From, err = time.Parse(time.RFC3339Nano, s); err != nil {
-			return web.FieldError("from", "invalid_time", "from must be an RFC 3339 time")
-		}
-	}
-	if s := c.Query("to"); s != "" {
-		if q.To, err = time.Parse(time.RFC3339Nano, s); err != nil {
-			return web.FieldError("to", "invalid_time", "to must be an RFC 3339 time")
-		}
-	}
-	if !q.From.IsZero() && !q.To.IsZero() && !q.From.Before(q.To) {
-		return web.FieldError("to", "invalid_range", "to must be after from")
-	}
-	if s := c.Query("metricsId"); s != "" {
-		if len(s) > logs.MaxMetricsID {
-			return web.FieldError("metricsId", "too_long", fmt.Sprintf("metricsId exceeds %d bytes", logs.MaxMetricsID))
-		}
-		q.MetricsID = strings.Clone(s)
+	if err := a.parseFilters(c, &q); err != nil {
+		return err
 	}
 	if s := c.Query("before"); s != "" {
 		if !isObjectIDHex(s) {
 			return web.FieldError("before", "invalid_cursor", "before must be the id of a log record")
 		}
 		q.BeforeID = strings.Clone(s)
+	}
+	if q.Search != nil {
+		q.Deadline = time.Now().Add(a.Config.SearchBudget)
 	}
 	found, err := a.Store.List(c.UserContext(), q)
 	switch {
@@ -234,9 +235,11 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		out[i] = toRecordJSON(r)
 	}
 	if found.ResumeBefore != "" {
-		// A filtered read that looked at as many chunks as it may: the
-		// page may be short; read on with ?before=<this id>.
+		// A filtered read that looked at as many chunks as it may, or
+		// spent its time budget: the page may be short; read on with
+		// ?before=<this id>.
 		c.Set(ResumeHeader, found.ResumeBefore)
+		return c.Status(http.StatusCreated).JSON(fiber.Map{"logs": out, "partial": true, "cursor": found.ResumeBefore})
 	}
 	return c.Status(http.StatusCreated).JSON(fiber.Map{"logs": out})
 }

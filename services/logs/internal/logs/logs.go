@@ -76,17 +76,39 @@ type Query struct {
 	MetricsID string    // "" = any
 	From, To  time.Time // zero = unbounded; From inclusive, To exclusive
 	BeforeID  string    // cursor: only records listed before this one
-	Skip      int
-	Limit     int
+	Search    *Search   // nil = no q=
+	// Deadline, when set, is the read's time budget: a filtered read that
+	// reaches it before its page is full ends with what it found and a
+	// ResumeBefore cursor (a partial page), never with a timeout.
+	Deadline time.Time
+	Skip     int
+	Limit    int
 }
 
 // Page is what List found. A filtered read looks at a bounded number of
-// chunks; when that bound cut the page short, ResumeBefore is the id of the
-// oldest record it looked at: the same query with that cursor (page 1)
-// reads on from there.
+// chunks, within the query's time budget; when either cut the page short,
+// ResumeBefore is the id of the oldest record it looked at: the same query
+// with that cursor (page 1) reads on from there.
 type Page struct {
 	Records      []Record
 	ResumeBefore string
+}
+
+// StatsQuery selects what Stats counts: records created in [From, To),
+// counted per Step (Step divides nothing: the last bucket may be short).
+type StatsQuery struct {
+	AppID    string // "" = every app
+	From, To time.Time
+	Step     time.Duration
+}
+
+// Stats is the answer to a StatsQuery: Counts[i][type] is the number of
+// records of type created in [From+i*Step, From+(i+1)*Step). Partial is set
+// when a chain was longer than a read may look at (the oldest buckets may
+// then be short).
+type Stats struct {
+	Counts  []map[string]int64
+	Partial bool
 }
 
 // Store keeps records, apps and dead letters.
@@ -106,6 +128,9 @@ type Store interface {
 	// List returns the records of q, newest first (ErrNotFound for an
 	// unknown cursor, ErrCursorMismatch for a cursor of another type or app).
 	List(ctx context.Context, q Query) (Page, error)
+	// Stats counts the records of each type (of one app when q.AppID is
+	// set) created in each step of [q.From, q.To).
+	Stats(ctx context.Context, q StatsQuery) (Stats, error)
 	// DeleteBefore removes records created before t and reports how many.
 	DeleteBefore(ctx context.Context, t time.Time) (int64, error)
 	AddDeadLetters(ctx context.Context, ds []DeadLetter) error

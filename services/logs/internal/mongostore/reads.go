@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acme/platform/services/logs/internal/logs"
@@ -90,7 +91,14 @@ func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, 
 	var start, head *chunkDoc
 	var idx int
 	var err error
-	filtered := q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero()
+	filtered := q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero() || q.Search != nil
+	// stop: the read has looked at as much as it may for one page. The
+	// time budget never stops it in its first chunk: a page resumed from a
+	// cursor at the start of a chunk finds nothing there, and must reach at
+	// least the chunk before to move on.
+	stop := func(looked int) bool {
+		return looked >= s.filterScan || (looked > 0 && !q.Deadline.IsZero() && !time.Now().Before(q.Deadline))
+	}
 	if q.BeforeID == "" {
 		// A cursor page needs no head: it starts at the cursor's chunk.
 		if head, err = s.head(ctx, key); err != nil || head == nil {
@@ -130,7 +138,7 @@ func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, 
 				break
 			}
 			if back := sk.skip(c); back > 0 {
-				if looked >= s.filterScan {
+				if stop(looked) {
 					return out, c.Records[0].ID.Hex(), nil // nothing in c matches
 				}
 				if c, err = s.chunk(ctx, key, c.N-back); err != nil {
@@ -161,8 +169,13 @@ func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, 
 		if len(out) >= q.Limit {
 			break
 		}
-		if filtered && looked >= s.filterScan {
+		if filtered && stop(looked) {
 			return out, c.Records[0].ID.Hex(), nil // c is read to its oldest record
+		}
+		if q.Search != nil && looked >= 1 {
+			// A search reads chunk after chunk: from its third chunk on,
+			// the next ones are read several at a time.
+			s.readAhead(ctx, key, c.N-1)
 		}
 		if c, err = s.chunk(ctx, key, c.N-1); err != nil {
 			return nil, "", err
@@ -184,6 +197,13 @@ func matches(q logs.Query, r chunkRec) bool {
 	}
 	if !q.To.IsZero() && !r.CreatedAt.Before(q.To) {
 		return false
+	}
+	if q.Search != nil {
+		m := ""
+		if r.MetricsID != nil {
+			m = *r.MetricsID
+		}
+		return q.Search.Match(r.LogBody, m)
 	}
 	return true
 }
@@ -387,4 +407,28 @@ func (s *Store) Listed(ctx context.Context, appID string) ([]logs.Record, error)
 		}
 	}
 	return out, nil
+}
+
+// searchReadAhead is how many chunks a search reads at once.
+const searchReadAhead = 16
+
+// readAhead puts chunks n, n-1, ... (searchReadAhead of them) in the cache,
+// reading those not there concurrently: a search spends most of its time
+// waiting for chunk after chunk, and the server and the decoding of one
+// chunk overlap with the others. Errors are left for the read that follows.
+func (s *Store) readAhead(ctx context.Context, key string, n int64) {
+	if s.cache == nil || s.cache.max <= 0 {
+		return // nowhere to keep them (LOGS_CHUNK_CACHE_MB=0)
+	}
+	if s.cache.get(chunkID(key, n)) != nil {
+		return // read ahead already, or recently
+	}
+	var wg sync.WaitGroup
+	for i := n; i > n-searchReadAhead && i >= 1; i-- {
+		if s.cache.get(chunkID(key, i)) != nil {
+			continue
+		}
+		wg.Go(func() { _, _ = s.chunk(ctx, key, i) })
+	}
+	wg.Wait()
 }

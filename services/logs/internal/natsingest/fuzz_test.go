@@ -1,6 +1,8 @@
 package natsingest
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -43,6 +45,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("acme.logs.ACME-AUTH.error", "id-1", []byte(`{"logBody":"x"}]`))
 	f.Add("acme.logs.ACME-AUTH.error", "id-1", []byte(`{"logBody":"x"} {}`))
 	f.Add("acme.logs.ACME-AUTH.error", "", []byte(`{"logBody":"x"}`))
+	f.Add("acme.logs.ACME-AUTH.error", "", []byte("plain text\n"))
+	f.Add("acme.logs.ACME-AUTH.error", "", []byte("\r\n"))
 	f.Add("acme.logs.ACME-AUTH.warn", "id", []byte(`{"logBody":"x"}`))
 	f.Add("acme.logs.NOPE.log", "id", []byte(`{"logBody":"x","extra":1}`))
 	f.Add("acme.logs.ACME-AUTH.log.x", "id", []byte(`[]`))
@@ -61,8 +65,8 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		r := p.record
-		if r.MsgID != msgID || msgID == "" {
-			t.Fatalf("record id %q from header %q", r.MsgID, msgID)
+		if want := cmp.Or(msgID, PlainMsgID(in.StreamTag, 7)); r.MsgID != want {
+			t.Fatalf("record id %q from header %q, want %q", r.MsgID, msgID, want)
 		}
 		if subject != "acme.logs."+r.App+"."+r.Type || !logs.ValidType(r.Type) {
 			t.Fatalf("record %s/%s from subject %q", r.App, r.Type, subject)
@@ -70,8 +74,13 @@ func FuzzParse(f *testing.F) {
 		if r.LogBody == "" || !utf8.ValidString(r.LogBody) || len(r.LogBody) > 1<<10 {
 			t.Fatalf("record body %q", r.LogBody)
 		}
-		// The payload was one JSON object and nothing else.
-		if !json.Valid(data) {
+		// A payload starting with '{' was one JSON object and nothing else;
+		// any other is the text of the record.
+		if lead := bytes.TrimLeft(data, " \t\r\n"); len(lead) == 0 || lead[0] != '{' {
+			if r.LogBody != strings.TrimRight(string(data), "\r\n") {
+				t.Fatalf("plain payload %q stored as %q", data, r.LogBody)
+			}
+		} else if !json.Valid(data) {
 			t.Fatalf("record from a payload that is not exactly one JSON value: %q", data)
 		}
 	})

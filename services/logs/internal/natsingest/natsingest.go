@@ -425,8 +425,15 @@ func (in *Ingestor) parse(m jetstream.Msg) parsed {
 		p.dead = &d
 		return p
 	}
-	if msgID == "" || len(msgID) > 128 {
-		return poison("missing or oversized Nats-Msg-Id header")
+	if len(msgID) > 128 {
+		return poison("oversized Nats-Msg-Id header")
+	}
+	if msgID == "" {
+		// A plain publisher (`nats pub`): the stream sequence is the
+		// record's idempotency key anyway, so the message is stored once
+		// per stream message; only a Nats-Msg-Id lets JetStream drop the
+		// publisher's own retries.
+		msgID = PlainMsgID(in.StreamTag, seq)
 	}
 	// Subject: <prefix>.logs.<APP>.<type>
 	rest, ok := strings.CutPrefix(m.Subject(), in.Config.Prefix+".logs.")
@@ -434,16 +441,9 @@ func (in *Ingestor) parse(m jetstream.Msg) parsed {
 	if !ok || len(parts) != 2 {
 		return poison("subject is not <prefix>.logs.<APP>.<type>")
 	}
-	var msg logclient.Message
-	dec := json.NewDecoder(bytes.NewReader(m.Data()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&msg); err != nil {
-		return poison("payload is not a valid log message: " + err.Error())
-	}
-	// dec.More is false before a stray '}' or ']', so look for the end of
-	// input itself (found by FuzzParse: `{...}}` was accepted).
-	if _, err := dec.Token(); err != io.EOF {
-		return poison("payload has data after the JSON object")
+	msg, reason := decodePayload(m.Data())
+	if reason != "" {
+		return poison(reason)
 	}
 	if msg.App == "" {
 		msg.App = parts[0]
@@ -468,6 +468,34 @@ func (in *Ingestor) parse(m jetstream.Msg) parsed {
 		return poison(fmt.Sprintf("stream sequence %d cannot make a record id", seq))
 	}
 	return p
+}
+
+// PlainMsgID is the MsgID of a record published without a Nats-Msg-Id:
+// "seq-<stream tag>-<stream sequence>".
+func PlainMsgID(tag string, seq uint64) string { return fmt.Sprintf("seq-%s-%d", tag, seq) }
+
+// decodePayload reads a message's payload: a JSON object (logclient.Message)
+// when its first non-blank byte is '{', else plain text that is the record's
+// logBody, without trailing line ends (app and type then come from the
+// subject). reason says
+// why a JSON payload is refused.
+func decodePayload(data []byte) (msg logclient.Message, reason string) {
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		// Line ends a shell pipe adds (`echo ... | nats pub`) are not part of
+		// the message.
+		return logclient.Message{LogBody: strings.TrimRight(string(data), "\r\n")}, ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&msg); err != nil {
+		return msg, "payload is not a valid log message: " + err.Error()
+	}
+	// dec.More is false before a stray '}' or ']', so look for the end of
+	// input itself (found by FuzzParse: `{...}}` was accepted).
+	if _, err := dec.Token(); err != io.EOF {
+		return msg, "payload has data after the JSON object"
+	}
+	return msg, ""
 }
 
 // deadLetter describes a message kept for admins.
