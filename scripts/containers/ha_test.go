@@ -292,7 +292,7 @@ func TestHA(t *testing.T) {
 		}
 	}
 	report("files uploaded (before and during the faults) read back byte-identical", fmt.Sprintf("%d of %d", len(stored)-bad, len(stored)))
-	healthy, err = s.WaitHealthy(ctx, 2*time.Minute)
+	healthy, err = s.WaitHealthy(ctx, time.Now(), 2*time.Minute)
 	must(t, err)
 	report("  every container healthy, after the checks", healthy.Round(time.Second).String())
 }

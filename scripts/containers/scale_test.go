@@ -328,7 +328,7 @@ func TestScale(t *testing.T) {
 		if missing > 0 || dup > 0 || len(seen) != n {
 			t.Errorf("%d missing, %d duplicated, %d distinct bodies, want %d once each", missing, dup, len(seen), n)
 		}
-		healthy, err := s.WaitHealthy(ctx, 2*time.Minute)
+		healthy, err := s.WaitHealthy(ctx, time.Now(), 2*time.Minute)
 		must(t, err)
 		report("  every container healthy again, after the records were stored", healthy.Round(time.Second).String())
 	})
@@ -408,7 +408,7 @@ func TestScale(t *testing.T) {
 		}
 		report("MongoDB stopped 10 s under load", fmt.Sprintf("%s; answers that failed by status: %v", outage, statuses))
 		report("  recovered after MongoDB started (no service restarted)", recovered.Round(100*time.Millisecond).String())
-		healthy, err := s.WaitHealthy(ctx, 2*time.Minute)
+		healthy, err := s.WaitHealthy(ctx, time.Now(), 2*time.Minute)
 		must(t, err)
 		report("  every container healthy again, after recovery", healthy.Round(time.Second).String())
 	})

@@ -269,22 +269,18 @@ func (s *Stack) Containers(ctx context.Context, services ...string) ([]Container
 }
 
 // WaitHealthy waits until every running container of the project that has
-// a healthcheck reports healthy, and returns how long that took. Docker
-// marks a container unhealthy after consecutive failed checks (a service
-// whose database or bus was away) and healthy again at its next passing
-// check, up to one interval later.
-func (s *Stack) WaitHealthy(ctx context.Context, max time.Duration) (time.Duration, error) {
+// a healthcheck reports healthy with a passing check that began after since,
+// and returns how long that took. Docker marks a container unhealthy after
+// consecutive failed checks (a service whose database or bus was away) and
+// healthy again at its next passing check, up to one interval later; a
+// container still "healthy" whose checks are failing right now would turn
+// unhealthy moments later, so the status alone is not enough.
+func (s *Stack) WaitHealthy(ctx context.Context, since time.Time, max time.Duration) (time.Duration, error) {
 	t0 := time.Now()
 	for {
-		cs, err := s.Containers(ctx)
+		waiting, err := s.notHealthySince(ctx, since)
 		if err != nil {
 			return 0, err
-		}
-		var waiting []string
-		for _, c := range cs {
-			if c.Running && c.Health != "" && c.Health != "healthy" {
-				waiting = append(waiting, c.Name+" "+c.Health)
-			}
 		}
 		if len(waiting) == 0 {
 			return time.Since(t0), nil
@@ -294,6 +290,56 @@ func (s *Stack) WaitHealthy(ctx context.Context, max time.Duration) (time.Durati
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// notHealthySince names the running containers with a healthcheck that are
+// not healthy, or whose latest check began before since or failed.
+func (s *Stack) notHealthySince(ctx context.Context, since time.Time) ([]string, error) {
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-q", "--filter", "label=com.docker.compose.project="+s.Project).Output()
+	if err != nil {
+		return nil, fmt.Errorf("docker ps: %w", err)
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	out, err = exec.CommandContext(ctx, "docker", append([]string{"inspect"}, ids...)...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("docker inspect: %w", err)
+	}
+	var raw []struct {
+		Name  string
+		State struct {
+			Running bool
+			Health  *struct {
+				Status string
+				Log    []struct {
+					Start    time.Time
+					ExitCode int
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &raw); err != nil {
+		return nil, err
+	}
+	var waiting []string
+	for _, r := range raw {
+		h := r.State.Health
+		if !r.State.Running || h == nil {
+			continue
+		}
+		name := strings.TrimPrefix(r.Name, "/")
+		switch {
+		case h.Status != "healthy":
+			waiting = append(waiting, name+" "+h.Status)
+		case len(h.Log) == 0 || h.Log[len(h.Log)-1].Start.Before(since):
+			waiting = append(waiting, name+" (no check since)")
+		case h.Log[len(h.Log)-1].ExitCode != 0:
+			waiting = append(waiting, name+" (last check failed)")
+		}
+	}
+	return waiting, nil
 }
 
 // RunProbe runs the stackprobe tool (cmd/stackprobe) in a throw-away
