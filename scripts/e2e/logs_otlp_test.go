@@ -56,10 +56,17 @@ func (d *dropFirst) RoundTrip(r *http.Request) (*http.Response, error) {
 // the SDK's OTLP/HTTP exporter to endpoint (gzip) with the credential.
 func otelLogger(t *testing.T, endpoint, service, credential string) *sdklog.LoggerProvider {
 	t.Helper()
+	return otelLoggerWith(t, endpoint, service, map[string]string{"X-Service-Credential": credential})
+}
+
+// otelLoggerWith is otelLogger sending the given headers (an API key in
+// Authorization, say).
+func otelLoggerWith(t *testing.T, endpoint, service string, headers map[string]string) *sdklog.LoggerProvider {
+	t.Helper()
 	exp, err := otlploghttp.New(context.Background(),
 		otlploghttp.WithEndpointURL(endpoint),
 		otlploghttp.WithCompression(otlploghttp.GzipCompression),
-		otlploghttp.WithHeaders(map[string]string{"X-Service-Credential": credential}),
+		otlploghttp.WithHeaders(headers),
 		otlploghttp.WithRetry(otlploghttp.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: 30 * time.Second}),
 	)
 	if err != nil {
@@ -157,6 +164,24 @@ func TestOTLPLogsThroughGateway(t *testing.T) {
 	emit(context.Background(), wrong, otellog.SeverityError, "never stored")
 	if err := wrong.ForceFlush(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("wrong credential: %v", err)
+	}
+
+	// An administrator's API key with logs:write is the other way in; a
+	// key without that scope is refused at the gateway, and a user's key
+	// by the logs service (writing any application's records is an
+	// administrator's right).
+	writer := admin.mustStatus(201, "POST", "/me/api-keys", map[string]any{"name": "otel", "scopes": []string{"logs:write"}})["secret"].(string)
+	byKey := otelLoggerWith(t, gw+"/v1/logs", "SERVER-APP-B", map[string]string{"Authorization": "Bearer " + writer})
+	emit(context.Background(), byKey, otellog.SeverityError, "sent with an API key")
+	if err := byKey.ForceFlush(context.Background()); err != nil {
+		t.Fatalf("export with an API key: %v", err)
+	}
+	waitLogs(t, admin, "/log/error/1/SERVER-APP-B?q="+url.QueryEscape(`"sent with an API key"`), func(ls []map[string]any) bool { return len(ls) == 1 })
+	reader := admin.mustStatus(201, "POST", "/me/api-keys", map[string]any{"name": "otel-read", "scopes": []string{"logs:read"}})["secret"].(string)
+	noScope := otelLoggerWith(t, gw+"/v1/logs", "SERVER-APP-B", map[string]string{"Authorization": "Bearer " + reader})
+	emit(context.Background(), noScope, otellog.SeverityError, "never stored")
+	if err := noScope.ForceFlush(context.Background()); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("a key without logs:write: %v", err)
 	}
 
 	// OTLP/JSON (hex ids), by hand, and bad requests.

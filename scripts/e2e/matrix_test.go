@@ -71,7 +71,7 @@ func expectedKey(r matrixRoute, caller string) int {
 	if !slices.Contains(keyScopes[caller], scope) {
 		return 403
 	}
-	if r.access == aAdmin && caller == cKeyUser {
+	if (r.access == aAdmin || r.access == aServiceOrKey) && caller == cKeyUser {
 		return 403
 	}
 	return r.ok
@@ -86,6 +86,7 @@ const (
 	aSession               // a valid session (spec §5.1: cookie sessionId)
 	aAdmin                 // an administrator's session (spec §5.5 for logs; /users likewise)
 	aService               // /ms/me: the service credential, never a browser
+	aServiceOrKey          // POST /v1/logs: the service credential, or an administrator's API key with logs:write
 	aGateway               // the gateway's own endpoints (health, API document)
 )
 
@@ -104,7 +105,7 @@ func expected(a access, ok int, caller string) int {
 	switch a {
 	case aPublic, aGateway:
 		return ok
-	case aService:
+	case aService, aServiceOrKey:
 		return 401 // no service credential from a browser
 	case aSession:
 		if caller == cUser || caller == cAdmin {
@@ -200,7 +201,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/log/apps", "logs", aAdmin, 200, nil},
 		{"GET", "/log/export", "logs", aAdmin, 200, nil},
 		{"GET", "/log/stats", "logs", aAdmin, 200, nil},
-		{"POST", "/v1/logs", "logs", aService, 0, jsonBody(`{"resourceLogs":[]}`)},
+		{"POST", "/v1/logs", "logs", aServiceOrKey, 200, jsonBody(`{"resourceLogs":[]}`)},
 		{"GET", "/log/tail", "logs", aAdmin, 200, nil}, // a stream: its status and headers are read, then it is closed
 		{"GET", "/log/error/1", "logs", aAdmin, 201, nil},
 		{"GET", "/log/error/1/LOGGING", "logs", aAdmin, 201, nil},

@@ -34,10 +34,11 @@ import (
 type Access int
 
 const (
-	Public  Access = iota // anonymous token; the service decides
-	Session               // a valid session is required
-	Admin                 // a valid session of an administrator (the service checks again)
-	Service               // service-to-service (/ms/me): no session, credential passed through
+	Public       Access = iota // anonymous token; the service decides
+	Session                    // a valid session is required
+	Admin                      // a valid session of an administrator (the service checks again)
+	Service                    // service-to-service (/ms/me): no session, credential passed through
+	ServiceOrKey               // a service credential passed through, or an API key (POST /v1/logs)
 )
 
 // Route maps a path prefix to a service.
@@ -68,7 +69,7 @@ var Routes = []Route{
 	{Prefix: "/log", Service: "logs", Access: Admin},
 	// OTLP/HTTP logs: no session; the service checks the caller's
 	// credential (X-Service-Credential) itself.
-	{Prefix: "/v1/logs", Exact: true, Service: "logs", Access: Service},
+	{Prefix: "/v1/logs", Exact: true, Service: "logs", Access: ServiceOrKey},
 }
 
 func match(path string) (Route, bool) {
@@ -291,7 +292,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		writeError(w, http.StatusServiceUnavailable, "service_not_deployed", "the "+route.Service+" service is not deployed")
 		return route.Service
 	}
-	if route.Access != Service {
+	if route.Access != Service && route.Access != ServiceOrKey {
 		r.Header.Del("X-Service-Credential")
 	}
 
@@ -299,7 +300,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	var hash, streamSID, streamKey string
 	authz := r.Header.Get("Authorization")
 	r.Header.Del("Authorization") // never forwarded: an API key stays here
-	if authz != "" && (route.Access == Session || route.Access == Admin) {
+	if authz != "" && (route.Access == Session || route.Access == Admin || route.Access == ServiceOrKey) {
 		id, ok := h.apiKey(w, r, route, authz)
 		if !ok {
 			return route.Service

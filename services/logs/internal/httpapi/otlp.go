@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/otlpingest"
@@ -30,22 +31,25 @@ type OTLPPublisher interface {
 	Publish(ctx context.Context, recs []otlpingest.Record) error
 }
 
-// authorizeLogsWrite admits a caller that may write logs: today a service
-// presenting one of the service credentials (SERVICE_CREDENTIAL[S]).
-// API keys with the logs:write scope are the other kind of caller this
-// check is meant to admit.
+// authorizeLogsWrite admits a caller that may write logs: a service
+// presenting one of the service credentials (SERVICE_CREDENTIAL[S]), or a
+// program whose API key the gateway resolved and found to carry the
+// logs:write scope, when the key's owner is an administrator (writing any
+// application's records is an administrator's right, as on POST /log).
 func (a *API) authorizeLogsWrite(c *fiber.Ctx) error {
 	got := []byte(c.Get(ServiceCredentialHeader))
-	ok := false
 	for _, want := range a.ServiceCredentials {
 		if len(got) > 0 && subtle.ConstantTimeCompare(got, []byte(want)) == 1 {
-			ok = true
+			return nil
 		}
 	}
-	if !ok {
-		return web.Errorf(http.StatusUnauthorized, "invalid_service_credential", "a valid X-Service-Credential header is required")
+	if id := web.Identity(c); id != nil && id.UserID() != "" {
+		if id.Role != identity.RoleAdmin {
+			return web.Errorf(http.StatusForbidden, "forbidden", "administrator role required (the API key's owner is not an administrator)")
+		}
+		return nil
 	}
-	return nil
+	return web.Errorf(http.StatusUnauthorized, "invalid_service_credential", "a valid X-Service-Credential header or an API key with the logs:write scope is required")
 }
 
 // otlpLogs: POST /v1/logs (OTLP/HTTP, protobuf or JSON, gzip or not) →
