@@ -545,6 +545,53 @@ func TestRetention(t *testing.T) {
 	checkOnce(t, st, "", 110)
 }
 
+// Retention visits every chain in the database: the records of an app
+// removed from the configuration (LOGS_APPS) age out like the others,
+// although the process deleting them never ensured that app.
+func TestRetentionOfAnAppNoLongerConfigured(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	apps, err := st.EnsureApps(ctx, []string{"KEPT", "DROPPED"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func(first int) []logs.Record {
+		rs := recs(first, 100, "log")
+		for i := range rs {
+			a := apps[(first+i)%2]
+			rs[i].AppID, rs[i].App = a.ID, a.Name
+		}
+		return rs
+	}
+	for _, first := range []int{0, 100, 200} {
+		insert(t, st, batch(first))
+	}
+	// A process configured with KEPT only.
+	later := mongostore.New(st.Database())
+	if _, err := later.EnsureApps(ctx, []string{"KEPT"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := later.DeleteBefore(ctx, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// Every chain keeps only its newest chunk: the last batch's 50 records
+	// of each app.
+	for _, a := range apps {
+		got, err := later.Listed(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 50 {
+			t.Errorf("app %s: %d records after retention, want the newest chunk's 50", a.Name, len(got))
+		}
+		for _, r := range got {
+			if r.CreatedAt.Before(t0.Add(200 * time.Millisecond)) {
+				t.Errorf("app %s: record of %s kept", a.Name, r.CreatedAt)
+			}
+		}
+	}
+}
+
 // TestRecordFieldsRoundTrip: chunks keep no field their chain already says
 // (type, app), so every field must come back whole from both listings, on
 // a replica that never saw the apps being created too.

@@ -3,6 +3,7 @@ package mongostore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/acme/platform/services/logs/internal/logs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // DefaultFilterScan bounds the chunks a filtered query (metricsId, from,
@@ -312,7 +314,11 @@ func (s *Store) findIn(ctx context.Context, key string, from int64, batch string
 // documents of writes that old.
 func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 	var deleted int64
-	for _, key := range s.chainKeys() {
+	keys, err := s.chainKeys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, key := range keys {
 		head, err := s.head(ctx, key)
 		if err != nil {
 			return deleted, err
@@ -353,11 +359,29 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 	return deleted, nil
 }
 
-// chainKeys lists every chain: one per type, one per (known app, type).
-func (s *Store) chainKeys() []string {
+// chainKeys lists every chain in the database: one per type, and one per
+// (app, type) for every App record ever stored (log_apps keeps them all),
+// not only the apps this process is configured with: the records of an app
+// removed from LOGS_APPS age out like the others.
+func (s *Store) chainKeys(ctx context.Context) ([]string, error) {
 	s.appsMu.Lock()
-	apps := s.appIDs
+	apps := slices.Clone(s.appIDs)
 	s.appsMu.Unlock()
+	cur, err := s.apps.Find(ctx, bson.M{}, options.Find().SetProjection(bson.M{"_id": 1}))
+	if err != nil {
+		return nil, err
+	}
+	var docs []struct {
+		ID bson.ObjectID `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		if id := d.ID.Hex(); !slices.Contains(apps, id) {
+			apps = append(apps, id)
+		}
+	}
 	var keys []string
 	for _, typ := range logs.Types {
 		keys = append(keys, typeKey(typ))
@@ -365,7 +389,7 @@ func (s *Store) chainKeys() []string {
 			keys = append(keys, appKey(a, typ))
 		}
 	}
-	return keys
+	return keys, nil
 }
 
 // Listed returns every record listed in the type chains (appID "") or in
