@@ -33,8 +33,6 @@ type TailConfig struct {
 // tailState counts open streams.
 type tailState struct{ open atomic.Int64 }
 
-// OpenTails is the number of live-tail streams open on this replica.
-func (a *API) OpenTails() int64 { return a.tails.open.Load() }
 
 // tail: GET /log/tail?type=&app= → text/event-stream of new records as
 // they arrive on the NATS stream (admins only, like every /log route).
