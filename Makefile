@@ -15,6 +15,11 @@ test: chromium minio
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 	cd deploy/s3setup && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
 
+## test-short: the fast tier: unit tests with fakes only, no server started (about a minute with the build)
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+	cd deploy/s3setup && GOWORK=off $(GO) test -short -count=1 ./...
+
 ## test-faults: the fault suite: real servers and service processes stopped, killed and paused mid-traffic
 test-faults: minio
 	$(GO) test -tags faults -count=1 -v -timeout 20m ./scripts/faults

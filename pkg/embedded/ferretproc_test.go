@@ -19,6 +19,9 @@ import (
 // The FerretDB process keeps its data across a stop and a restart on the same
 // address, refuses work while stopped, and answers nothing while paused.
 func TestFerretDBProcStopPauseRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server; not in the fast tier (-short)")
+	}
 	ctx := context.Background()
 	dir := t.TempDir()
 	p, err := StartFerretDB(ctx, FerretDBOptions{Dir: filepath.Join(dir, "mongo"), Log: os.Stderr})
@@ -100,6 +103,9 @@ func TestFerretDBProcStopPauseRestart(t *testing.T) {
 // SQLite plan FerretDB's explain returns says SEARCH ... USING INDEX, not
 // SCAN (without the patch it is a SCAN of the whole table).
 func TestFerretDBUsesTheIDIndex(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server; not in the fast tier (-short)")
+	}
 	ctx := context.Background()
 	p, err := StartFerretDB(ctx, FerretDBOptions{Dir: filepath.Join(t.TempDir(), "mongo")})
 	if err != nil {
@@ -136,6 +142,9 @@ func TestFerretDBUsesTheIDIndex(t *testing.T) {
 // (which a restart on the same address once did: the port had been handed
 // to another server meanwhile, and the test talked to that one).
 func TestFerretDBStartRefusesAForeignListener(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server; not in the fast tier (-short)")
+	}
 	addr, err := FreeAddr()
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package natsfence
 
 import (
 	"context"
+	"github.com/acme/platform/pkg/testkit"
 	"io"
 	"log/slog"
 	"net"
@@ -23,6 +24,7 @@ import (
 // versions: it fails every run when Sync returns at once, and about one run
 // in three when a round still takes requests after its PING was sent.)
 func TestSyncAppliesEverythingPublishedBefore(t *testing.T) {
+	testkit.SkipShort(t)
 	srv, err := embedded.NATS(t.TempDir(), "127.0.0.1", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +120,7 @@ func TestSyncAppliesEverythingPublishedBefore(t *testing.T) {
 // succeeds again, and without a connection Sync fails (the cache must not
 // be trusted).
 func TestApplyResetAndDisconnected(t *testing.T) {
+	testkit.SkipShort(t)
 	dir := t.TempDir()
 	addr, err := embedded.FreeAddr()
 	if err != nil {

@@ -85,10 +85,20 @@ func Stop() {
 	}
 }
 
+// SkipShort skips a test that starts a real server (NATS, FerretDB, MinIO,
+// Mailpit, the platform's processes) in the fast tier, `go test -short`.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real server; not in the fast tier (-short)")
+	}
+}
+
 // Get starts the servers on first use and returns them; it fails the test
-// if they cannot start.
+// if they cannot start, and skips it under -short.
 func Get(t testing.TB) *Servers {
 	t.Helper()
+	SkipShort(t) // the fast tier starts no server; `make test` runs these
 	mu.Lock()
 	defer mu.Unlock()
 	if shared == nil && startErr == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acme/platform/pkg/testkit"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ var natsUsers = map[string]string{"auth": "ACME-AUTH", "files": "ACME-S3", "gate
 // nats-server version, the passwords given by user name set in the
 // environment variables the file reads (NATS_<USER>_PASSWORD).
 func startDeployNATS(t *testing.T, passwords map[string]string) *server.Server {
+	testkit.SkipShort(t)
 	t.Helper()
 	root, err := RepoRoot()
 	if err != nil {

@@ -50,6 +50,7 @@ func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secre
 // here): replicas, gateways, or a subset of the services, named by the keys
 // of o.Bins (the values are filled in with the built binaries).
 func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.Platform, stack.Secrets, *stack.Output) {
+	testkit.SkipShort(t)
 	t.Helper()
 	buildOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

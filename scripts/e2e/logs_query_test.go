@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"github.com/acme/platform/pkg/testkit"
 	"io"
 	"net/http"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 // natsCLI runs the NATS command-line tool (built once from its pinned
 // module) against url, as a user types it.
 func natsCLI(t *testing.T, natsURL string, args ...string) {
+	testkit.SkipShort(t)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"github.com/acme/platform/pkg/testkit"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 // mailCatcher starts a Mailpit and returns it with the auth settings that
 // send to it.
 func mailCatcher(t *testing.T, env map[string]string) (*embedded.MailpitClient, map[string]string) {
+	testkit.SkipShort(t)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

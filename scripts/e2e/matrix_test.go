@@ -82,12 +82,12 @@ func expectedKey(r matrixRoute, caller string) int {
 type access int
 
 const (
-	aPublic  access = iota // anyone through the gateway (the service sees an anonymous token)
-	aSession               // a valid session (spec §5.1: cookie sessionId)
-	aAdmin                 // an administrator's session (spec §5.5 for logs; /users likewise)
-	aService               // /ms/me: the service credential, never a browser
-	aServiceOrKey          // POST /v1/logs: the service credential, or an administrator's API key with logs:write
-	aGateway               // the gateway's own endpoints (health, API document)
+	aPublic       access = iota // anyone through the gateway (the service sees an anonymous token)
+	aSession                    // a valid session (spec §5.1: cookie sessionId)
+	aAdmin                      // an administrator's session (spec §5.5 for logs; /users likewise)
+	aService                    // /ms/me: the service credential, never a browser
+	aServiceOrKey               // POST /v1/logs: the service credential, or an administrator's API key with logs:write
+	aGateway                    // the gateway's own endpoints (health, API document)
 )
 
 // expected derives a cell from the access class: no or expired session on

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"github.com/acme/platform/pkg/testkit"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,6 +82,7 @@ func TestEnvFileServesCompose(t *testing.T) {
 // value as configuration; every generated password must come out as the
 // same string, and log the service in.
 func TestNATSPasswordsSurviveTheConfigParser(t *testing.T) {
+	testkit.SkipShort(t)
 	root, err := composecheck.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

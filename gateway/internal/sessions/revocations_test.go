@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"encoding/json"
+	"github.com/acme/platform/pkg/testkit"
 	"io"
 	"log/slog"
 	"strings"
@@ -17,6 +18,7 @@ import (
 // resolver when Sync returns (the fence's concurrency is tested in
 // pkg/natsfence): the session and every identity of the user are evicted.
 func TestRevocationsEvictBeforeSyncReturns(t *testing.T) {
+	testkit.SkipShort(t)
 	srv, err := embedded.NATS(t.TempDir(), "127.0.0.1", 0)
 	if err != nil {
 		t.Fatal(err)

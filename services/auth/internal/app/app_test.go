@@ -325,6 +325,7 @@ func TestSweeperDeletesExpiredSessions(t *testing.T) {
 
 // With MongoDB gone, requests answer 503 JSON, never 500 or 401.
 func TestMongoDown503(t *testing.T) {
+	testkit.SkipShort(t)
 	dir := t.TempDir()
 	m, err := embedded.StartFerretDB(context.Background(), embedded.FerretDBOptions{Dir: filepath.Join(dir, "mongo")})
 	if err != nil {

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"github.com/acme/platform/pkg/testkit"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -128,6 +129,7 @@ func TestUserCacheAcrossReplicas(t *testing.T) {
 // serves a cached user: every read goes to the database, and stays exact.
 // After NATS is back, the first fence clears what was cached before.
 func TestUserCacheWithoutNATS(t *testing.T) {
+	testkit.SkipShort(t)
 	dir := t.TempDir()
 	addr, err := embedded.FreeAddr()
 	if err != nil {

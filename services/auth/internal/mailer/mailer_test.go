@@ -2,6 +2,7 @@ package mailer_test
 
 import (
 	"context"
+	"github.com/acme/platform/pkg/testkit"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 )
 
 func startMailpit(t *testing.T, o embedded.MailpitOptions) *embedded.Mailpit {
+	testkit.SkipShort(t)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

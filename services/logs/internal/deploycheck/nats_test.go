@@ -3,6 +3,7 @@ package deploycheck
 import (
 	"context"
 	"errors"
+	"github.com/acme/platform/pkg/testkit"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -75,6 +76,7 @@ func connect(t *testing.T, url, user, password string) (*nats.Conn, func() []err
 }
 
 func TestIngestUnderDeploymentPermissions(t *testing.T) {
+	testkit.SkipShort(t)
 	passwords := map[string]string{"auth": "authPw1", "files": "filesPw1", "logs": "logsPw1", "gateway": "gatewayPw1", "publisher": "publisherPw1"}
 	for u, pw := range passwords {
 		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", pw)

@@ -33,7 +33,6 @@ type TailConfig struct {
 // tailState counts open streams.
 type tailState struct{ open atomic.Int64 }
 
-
 // tail: GET /log/tail?type=&app= → text/event-stream of new records as
 // they arrive on the NATS stream (admins only, like every /log route).
 //
