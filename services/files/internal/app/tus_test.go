@@ -193,7 +193,7 @@ func TestTusRefusals(t *testing.T) {
 	post := func(hdr map[string]string, token string) *response {
 		return h.doURL(http.MethodPost, h.tus+"/uploads/", token, nil, hdr)
 	}
-	wantError(t, post(map[string]string{"Tus-Resumable": "1.0.0", "Upload-Length": "10"}, ""), http.StatusUnauthorized, "unauthenticated")
+	wantError(t, post(map[string]string{"Tus-Resumable": "1.0.0", "Upload-Length": "10"}, ""), http.StatusUnauthorized, "identity_required")
 	wantError(t, post(map[string]string{"Tus-Resumable": "1.0.0", "Upload-Length": "10"}, h.anonymous()), http.StatusUnauthorized, "unauthenticated")
 	wantError(t, post(map[string]string{"Tus-Resumable": "0.2.2", "Upload-Length": "10"}, tok), http.StatusPreconditionFailed, "unsupported_tus_version")
 	wantError(t, post(map[string]string{"Tus-Resumable": "1.0.0"}, tok), http.StatusBadRequest, "invalid_upload_length")

@@ -143,11 +143,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	claims, err := s.o.Verifier.Verify(r.Header.Get(identity.Header))
-	if err != nil || !claims.Authenticated() {
-		writeErr(w, http.StatusUnauthorized, "unauthenticated", "sign in first")
+	if err != nil {
+		writeErr(w, http.StatusUnauthorized, "identity_required", "requests must come through the gateway with a valid identity token")
+		return
+	}
+	if !claims.Authenticated() {
+		writeErr(w, http.StatusUnauthorized, "unauthenticated", "a valid session is required")
 		return
 	}
 	owner := claims.UserID()
+	if r.Method == http.MethodPost && r.Header.Get("Upload-Defer-Length") != "" {
+		writeErr(w, http.StatusBadRequest, "invalid_upload_length", "Upload-Length is required: uploads of deferred length are not supported")
+		return
+	}
 	r = r.WithContext(context.WithValue(r.Context(), ownerKey{}, owner))
 	if id := strings.TrimPrefix(r.URL.Path, BasePath); id != "" && id != r.URL.Path && r.Method != http.MethodOptions {
 		info, err := s.info(r.Context(), id)
@@ -415,7 +423,7 @@ func (j *jsonErrors) finish() {
 	} else if strings.HasPrefix(code, "ERR_") {
 		code = strings.ToLower(strings.TrimPrefix(code, "ERR_"))
 	}
-	if status >= 500 {
+	if status == http.StatusInternalServerError {
 		j.log.ErrorContext(j.r.Context(), "tus request failed", "method", j.r.Method, "path", j.r.URL.Path, "status", status, "err", msg)
 		msg = "storage is unavailable, try again shortly"
 	}
