@@ -220,9 +220,19 @@ func TestTusRefusals(t *testing.T) {
 	if off := h.tusOffset(t, tok, path); off != 0 {
 		t.Fatalf("offset %d after refused PATCHes", off)
 	}
-	// A second upload that would pass the quota with the first finished.
+	// Two uploads that fit the quota each but not together: the second
+	// to complete is refused and nothing of it is kept.
+	other := h.tusCreate(t, tok, 500, "")
 	r := h.tusPatch(t, tok, path, 0, strings.NewReader(strings.Repeat("x", 600)), 600)
 	wantStatus(t, r, http.StatusNoContent)
+	wantError(t, h.tusPatch(t, tok, other, 0, strings.NewReader(strings.Repeat("y", 500)), 500), http.StatusRequestEntityTooLarge, "quota_exceeded")
+	for _, k := range h.objects() {
+		if strings.HasPrefix(k, "uploads/") {
+			t.Fatalf("tus object left behind: %s", k)
+		}
+	}
+	h.noIncompleteUploads(t)
+	// A new upload that would pass the quota with the first finished.
 	wantError(t, post(map[string]string{"Tus-Resumable": "1.0.0", "Upload-Length": "401"}, tok), http.StatusRequestEntityTooLarge, "quota_exceeded")
 	if n := h.records(); n != 1 {
 		t.Fatalf("%d records, want 1", n)

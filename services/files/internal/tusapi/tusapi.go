@@ -235,8 +235,10 @@ func (s *Server) preCreate(ev handler.HookEvent) (handler.HTTPResponse, handler.
 }
 
 // finish turns a complete upload into a file record like POST
-// /upload/file, then removes the tus objects. On failure the upload stays
-// until it expires.
+// /upload/file, then removes the tus objects. A complete upload is not
+// finished again later (tusd calls this once, on the completing PATCH), so
+// it is removed on failure too: the client is told (413, 503) and uploads
+// again.
 func (s *Server) finish(ev handler.HookEvent) (handler.HTTPResponse, error) {
 	ctx := ev.Context
 	info := ev.Upload
@@ -253,6 +255,7 @@ func (s *Server) finish(ev handler.HookEvent) (handler.HTTPResponse, error) {
 	id, _, _ := strings.Cut(info.ID, "+")
 	pending, err := s.o.Service.StoreFileAs(ctx, owner, id, body)
 	if err != nil {
+		s.terminate(up)
 		return handler.HTTPResponse{}, s.storeErr(err)
 	}
 	defer pending.Discard()
