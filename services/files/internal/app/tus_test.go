@@ -204,6 +204,12 @@ func TestTusRefusals(t *testing.T) {
 	wantError(t, post(map[string]string{"Tus-Resumable": "1.0.0", "Upload-Length": "1001"}, tok), http.StatusRequestEntityTooLarge, "quota_exceeded")
 	h.assertNothingStored(t)
 
+	// Discovery: the extensions served.
+	opt := h.doURL(http.MethodOptions, h.tus+"/uploads/", tok, nil, nil)
+	if opt.StatusCode >= 300 || opt.Header.Get("Tus-Extension") != "creation,creation-with-upload,termination,expiration" || opt.Header.Get("Tus-Max-Size") != "100000" {
+		t.Fatalf("OPTIONS: %d %v", opt.StatusCode, opt.Header)
+	}
+
 	path := h.tusCreate(t, tok, 600, "")
 	// Someone else's upload is not found; an unknown one neither.
 	wantStatus(t, h.doURL(http.MethodHead, h.tus+path, h.user("mallory"), nil, map[string]string{"Tus-Resumable": "1.0.0"}), http.StatusNotFound)
