@@ -215,6 +215,9 @@ func TestTusRefusals(t *testing.T) {
 	wantStatus(t, h.doURL(http.MethodHead, h.tus+path, h.user("mallory"), nil, map[string]string{"Tus-Resumable": "1.0.0"}), http.StatusNotFound)
 	wantError(t, h.doURL(http.MethodDelete, h.tus+path, h.user("mallory"), nil, map[string]string{"Tus-Resumable": "1.0.0"}), http.StatusNotFound, "not_found")
 	wantStatus(t, h.doURL(http.MethodHead, h.tus+"/uploads/0123456789abcdef0123456789abcdef+x", tok, nil, map[string]string{"Tus-Resumable": "1.0.0"}), http.StatusNotFound)
+	for _, bad := range []string{"/uploads/nothex+x", "/uploads/" + strings.TrimPrefix(path, "/uploads/") + "/x", "/uploads/a/b"} {
+		wantError(t, h.doURL(http.MethodDelete, h.tus+bad, tok, nil, map[string]string{"Tus-Resumable": "1.0.0"}), http.StatusNotFound, "not_found")
+	}
 	// Wrong offset, missing offset, wrong content type.
 	wantError(t, h.tusPatch(t, tok, path, 5, strings.NewReader("abc"), 3), http.StatusConflict, "mismatched_offset")
 	wantError(t, h.doURL(http.MethodPatch, h.tus+path, tok, strings.NewReader("abc"), map[string]string{

@@ -186,7 +186,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // info reads an upload's state; handler.ErrNotFound when there is none.
+// Only ids of the shape this server gives (a record id, "+", the object
+// store's multipart id) are looked up.
 func (s *Server) info(ctx context.Context, id string) (handler.FileInfo, error) {
+	objectID, multipartID, ok := strings.Cut(id, "+")
+	if !ok || !files.ValidID(objectID) || multipartID == "" || strings.ContainsAny(multipartID, "/+") {
+		return handler.FileInfo{}, handler.ErrNotFound
+	}
 	up, err := s.store.GetUpload(ctx, id)
 	if err != nil {
 		return handler.FileInfo{}, err
