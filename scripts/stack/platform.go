@@ -77,6 +77,9 @@ type Platform struct {
 	GatewayURL string // the first gateway
 	// GatewayURLs are every gateway's base URL, in order.
 	GatewayURLs []string
+	// TusURLs are the files replicas' tus listeners (FILES_TUS_ADDR), in
+	// the order of Replicas["files"].
+	TusURLs []string
 	// MetricsURLs are the /metrics endpoints by service name (the gateway's
 	// on its own listener, the services' on their ports), of the first
 	// process of each.
@@ -120,6 +123,7 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 			return nil, err
 		}
 		addrs["tus"] = append(addrs["tus"], a)
+		p.TusURLs = append(p.TusURLs, "http://"+a)
 	}
 	for _, a := range addrs["gateway"] {
 		p.GatewayURLs = append(p.GatewayURLs, "http://"+a)
