@@ -193,6 +193,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"DELETE", "/files/" + unknown + "/links/" + unknown, "files", aSession, 404, nil},
 		{"GET", "/s/" + strings.Repeat("A", 43), "files", aPublic, 404, nil},
 		{"HEAD", "/s/" + strings.Repeat("A", 43), "files", aPublic, 404, nil},
+		// tus, without its headers: POST answers 412 (no Tus-Resumable), an unknown upload 404.
+		{"POST", "/uploads/", "files", aSession, 412, nil},
+		{"HEAD", "/uploads/" + unknown + "+x", "files", aSession, 404, nil},
+		{"PATCH", "/uploads/" + unknown + "+x", "files", aSession, 404, nil},
+		{"DELETE", "/uploads/" + unknown + "+x", "files", aSession, 404, nil},
 		{"GET", "/me/usage", "files", aSession, 200, nil},
 		{"GET", "/usage/" + strings.Repeat("0", 24), "files", aAdmin, 200, nil},
 		{"PUT", "/usage/" + strings.Repeat("0", 24), "files", aAdmin, 200, jsonBody(`{"quota":null}`)},
@@ -262,6 +267,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 			base := p.GatewayURL
 			if caller == cDirect || caller == cForged || caller == cOtherAu {
 				base = "http://" + p.Procs[r.service].Addr
+				if strings.HasPrefix(r.path, "/uploads/") {
+					base = p.TusURLs[0] // the files service's tus listener
+				}
 			}
 			var body io.Reader
 			ct := ""

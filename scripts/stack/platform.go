@@ -77,6 +77,9 @@ type Platform struct {
 	GatewayURL string // the first gateway
 	// GatewayURLs are every gateway's base URL, in order.
 	GatewayURLs []string
+	// TusURLs are the files replicas' tus listeners (FILES_TUS_ADDR), in
+	// the order of Replicas["files"].
+	TusURLs []string
 	// MetricsURLs are the /metrics endpoints by service name (the gateway's
 	// on its own listener, the services' on their ports), of the first
 	// process of each.
@@ -112,6 +115,15 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 			}
 			addrs[name] = append(addrs[name], a)
 		}
+	}
+	// Each files replica serves tus uploads on a listener of its own.
+	for range addrs["files"] {
+		a, err := embedded.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addrs["tus"] = append(addrs["tus"], a)
+		p.TusURLs = append(p.TusURLs, "http://"+a)
 	}
 	for _, a := range addrs["gateway"] {
 		p.GatewayURLs = append(p.GatewayURLs, "http://"+a)
@@ -158,14 +170,15 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 		case "auth":
 			return []string{"AUTH_ADDR=" + a, "ADMIN_EMAIL=" + sec.AdminEmail, "ADMIN_PASSWORD=" + sec.AdminPassword}
 		case "files":
-			return []string{"FILES_ADDR=" + a, "S3_ENDPOINT=" + s.S3Endpoint, "S3_ACCESS_KEY=" + s.S3Access,
+			return []string{"FILES_ADDR=" + a, "FILES_TUS_ADDR=" + addrs["tus"][i], "S3_ENDPOINT=" + s.S3Endpoint, "S3_ACCESS_KEY=" + s.S3Access,
 				"S3_SECRET_KEY=" + s.S3Secret, "S3_BUCKET=" + s.S3Bucket, "FILES_PUBLIC_BASE_URL=" + p.GatewayURL}
 		case "logs":
 			return []string{"LOGS_ADDR=" + a}
 		default:
 			return []string{"GATEWAY_ADDR=" + a, "GATEWAY_IDENTITY_PRIVATE_KEY=" + sec.IdentityPrivatePEM,
 				"GATEWAY_AUTH_URL=" + urls("auth"), "GATEWAY_FILES_URL=" + urls("files"),
-				"GATEWAY_LOGS_URL=" + urls("logs"), "GATEWAY_METRICS_ADDR=" + metricsAddrs[i]}
+				"GATEWAY_LOGS_URL=" + urls("logs"), "GATEWAY_TUS_URL=" + urls("tus"),
+				"GATEWAY_METRICS_ADDR=" + metricsAddrs[i]}
 		}
 	}
 	for _, name := range Services {

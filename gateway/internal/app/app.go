@@ -37,6 +37,7 @@ type Config struct {
 	AuthURLs       []string
 	FilesURLs      []string
 	LogsURLs       []string
+	TusURLs        []string // the files service's tus listeners
 	PrivateKey     string
 	Credential     string
 	SessionTTL     time.Duration
@@ -69,6 +70,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		AuthURLs:        r.List("AUTH_URL", "http://127.0.0.1:8081"),
 		FilesURLs:       r.List("FILES_URL", "http://127.0.0.1:8082"),
 		LogsURLs:        r.List("LOGS_URL", "http://127.0.0.1:8083"),
+		TusURLs:         r.List("TUS_URL", "http://127.0.0.1:8086"),
 		PrivateKey:      r.Secret("IDENTITY_PRIVATE_KEY", ""),
 		Credential:      r.Secret("SERVICE_CREDENTIAL", ""),
 		SessionTTL:      r.Duration("SESSION_CACHE_TTL", 5*time.Second),
@@ -169,8 +171,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// alike: names re-resolved, every address probed, least outstanding
 	// requests first (docs/deployment.md, "Scaling").
 	groups := map[string]*upstream.Group{}
-	for _, name := range []string{"auth", "files", "logs"} {
-		urls := map[string][]string{"auth": cfg.AuthURLs, "files": cfg.FilesURLs, "logs": cfg.LogsURLs}[name]
+	for _, name := range []string{"auth", "files", "logs", "tus"} {
+		urls := map[string][]string{"auth": cfg.AuthURLs, "files": cfg.FilesURLs, "logs": cfg.LogsURLs, "tus": cfg.TusURLs}[name]
 		g, err := upstream.New(name, urls, upstream.Options{
 			Transport: transport, ResolveInterval: cfg.ResolveInterval,
 			ProbeInterval: cfg.ProbeInterval, ProbeTimeout: cfg.ProbeTimeout, BackoffMax: cfg.EjectMax,

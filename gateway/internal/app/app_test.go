@@ -101,6 +101,7 @@ func startGateway(t *testing.T, extra map[string]string) *gw {
 		"GATEWAY_ADDR":                 "127.0.0.1:0",
 		"GATEWAY_AUTH_URL":             auth.URL,
 		"GATEWAY_FILES_URL":            files.URL,
+		"GATEWAY_TUS_URL":              files.URL,
 		"GATEWAY_LOGS_URL":             logs.URL,
 		"GATEWAY_IDENTITY_PRIVATE_KEY": id.PrivatePEM,
 		"SERVICE_CREDENTIAL":           credential,

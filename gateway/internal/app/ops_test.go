@@ -71,9 +71,13 @@ func runGateway(t *testing.T, upstreams map[string]http.Handler, out io.Writer, 
 		"NATS_URL":                     s.NATSURL,
 		"NATS_SUBJECT_PREFIX":          s.SubjectPrefix(t),
 	}
-	for _, svc := range []string{"auth", "files", "logs"} {
+	for _, svc := range []string{"auth", "files", "logs", "tus"} {
 		url := "http://127.0.0.1:1"
-		if h := upstreams[svc]; h != nil {
+		h := upstreams[svc]
+		if svc == "tus" && h == nil {
+			h = upstreams["files"] // the files service's second listener
+		}
+		if h != nil {
 			srv := httptest.NewServer(withReadyz(h))
 			t.Cleanup(srv.Close)
 			url = srv.URL

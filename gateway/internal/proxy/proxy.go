@@ -47,6 +47,10 @@ type Route struct {
 	Exact   bool   // match Prefix only
 	Service string // audience: auth, files, logs
 	Access  Access
+	// Upstream names the balancer when it is not Service's: resumable
+	// uploads ("tus") are served by the files service on a listener of
+	// their own.
+	Upstream string
 }
 
 // Routes is the public API's map, most specific first.
@@ -60,6 +64,7 @@ var Routes = []Route{
 	{Prefix: "/me", Service: "auth", Access: Session},
 	{Prefix: "/users", Service: "auth", Access: Admin},
 	{Prefix: "/images", Service: "files", Access: Public},
+	{Prefix: "/uploads", Service: "files", Access: Session, Upstream: "tus"}, // tus resumable uploads
 	{Prefix: "/upload", Service: "files", Access: Session},
 	{Prefix: "/retrieve", Service: "files", Access: Session},
 	{Prefix: "/download", Service: "files", Access: Session},
@@ -96,7 +101,7 @@ type Config struct {
 	Log            *slog.Logger
 	TokenTTL       time.Duration // lifetime of signed tokens; cached for half of it
 	// BodyLimits bound request bodies, keyed "auth", "logs", "files"
-	// (non-upload routes), "upload" (/upload/file) and "image"
+	// (non-upload routes), "upload" (/upload/file and /uploads/) and "image"
 	// (/upload/image). Larger bodies get 413 here: a service that refuses a
 	// body by its length answers early and closes the connection, and the
 	// proxy would only see a broken write. Keep each at most the service's
@@ -287,7 +292,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		writeError(w, http.StatusNotFound, "not_found", "no such route")
 		return ""
 	}
-	group := h.cfg.Upstreams[route.Service]
+	upstreamName := route.Service
+	if route.Upstream != "" {
+		upstreamName = route.Upstream
+	}
+	group := h.cfg.Upstreams[upstreamName]
 	if group == nil || !group.Deployed() {
 		writeError(w, http.StatusServiceUnavailable, "service_not_deployed", "the "+route.Service+" service is not deployed")
 		return route.Service
@@ -355,6 +364,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	switch {
 	case r.URL.Path == "/upload/image":
 		limitKey = "image"
+	case route.Upstream == "tus":
+		limitKey = "upload" // a PATCH carries at most the whole file
 	case strings.HasPrefix(r.URL.Path, "/upload/"):
 		limitKey = "upload"
 	}

@@ -49,13 +49,14 @@ func TestMatchRoutes(t *testing.T) {
 		"/password/forgot": "auth", "/password/reset": "auth", "/email/verify": "auth", "/me/email/verification": "auth",
 		"/upload/file": "files", "/images/x": "files", "/files": "files", "/log": "logs", "/log/log/1/APP": "logs",
 		"/me/usage": "files", "/s/tok": "files", "/usage/u1": "files", "/files/x/links": "files", "/me/usage/x": "auth",
+		"/uploads": "files", "/uploads/x+y": "files",
 	} {
 		r, ok := match(path)
 		if !ok || r.Service != want {
 			t.Errorf("%s: got %v %v, want %s", path, r.Service, ok, want)
 		}
 	}
-	for _, path := range []string{"/", "/mee", "/signin/x", "/logs", "/ms/me/x", "/uploads", "/share", "/usages"} {
+	for _, path := range []string{"/", "/mee", "/signin/x", "/logs", "/ms/me/x", "/uploadsx", "/share", "/usages"} {
 		if r, ok := match(path); ok {
 			t.Errorf("%s matched %v", path, r)
 		}

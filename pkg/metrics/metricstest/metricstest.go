@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Sample is one exposed value. Histograms appear as <name>_count,
@@ -49,7 +50,7 @@ type Samples []Sample
 
 // Parse reads the Prometheus text format.
 func Parse(r io.Reader) (Samples, error) {
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/acme/platform/services/files/internal/imaging"
 	"github.com/acme/platform/services/files/internal/mongostore"
 	"github.com/acme/platform/services/files/internal/s3store"
+	"github.com/acme/platform/services/files/internal/tusapi"
 	"github.com/nats-io/nats.go"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -30,6 +33,8 @@ import (
 // Config is the service's configuration.
 type Config struct {
 	Addr             string
+	TusAddr          string
+	TusExpiry        time.Duration
 	MongoURL         string
 	MongoDB          string
 	S3               s3store.Options
@@ -59,9 +64,11 @@ type Config struct {
 func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	r := config.New("FILES", getenv)
 	c := Config{
-		Addr:     r.Own("ADDR", "127.0.0.1:8082"),
-		MongoURL: r.MongoURL("mongodb://127.0.0.1:27017"),
-		MongoDB:  r.String("MONGO_DB", "acme"),
+		Addr:      r.Own("ADDR", "127.0.0.1:8082"),
+		TusAddr:   r.Own("TUS_ADDR", "127.0.0.1:8086"),
+		TusExpiry: r.Duration("TUS_EXPIRY", 24*time.Hour),
+		MongoURL:  r.MongoURL("mongodb://127.0.0.1:27017"),
+		MongoDB:   r.String("MONGO_DB", "acme"),
 		S3: s3store.Options{
 			Endpoint:      r.String("S3_ENDPOINT", "127.0.0.1:9000"),
 			AccessKey:     r.String("S3_ACCESS_KEY", ""),
@@ -100,6 +107,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	if c.EraseAckWait < time.Second || c.EraseMaxDeliver < 2 {
 		problems = append(problems, "FILES_ERASE_ACK_WAIT must be at least 1s and FILES_ERASE_MAX_DELIVER at least 2")
 	}
+	if c.TusExpiry < time.Second {
+		problems = append(problems, "FILES_TUS_EXPIRY must be at least 1s")
+	}
 	if c.Quota < 0 {
 		problems = append(problems, "FILES_QUOTA must not be negative (0: no quota)")
 	}
@@ -127,6 +137,8 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 type hooks struct {
 	store   func(files.Store) files.Store
 	objects func(files.ObjectStore) files.ObjectStore
+	// tusReady receives the tus listener's bound address.
+	tusReady func(addr string)
 }
 
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string), hk hooks) error {
@@ -226,13 +238,56 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		},
 	})
 
+	tus, err := tusapi.New(tusapi.Options{
+		Service:       svc,
+		Verifier:      verifier,
+		Log:           log,
+		PublicBaseURL: cfg.PublicBaseURL,
+		Endpoint:      cfg.S3.Endpoint,
+		AccessKey:     cfg.S3.AccessKey,
+		SecretKey:     cfg.S3.SecretKey,
+		Bucket:        cfg.S3.Bucket,
+		UseTLS:        cfg.S3.UseTLS,
+		MaxSize:       cfg.MaxUpload,
+		MaxMeta:       cfg.MaxMeta,
+		Expiry:        cfg.TusExpiry,
+		PartSize:      int64(cfg.S3.PartSize),
+	})
+	if err != nil {
+		return err
+	}
+	tusLn, err := net.Listen("tcp", cfg.TusAddr)
+	if err != nil {
+		return fmt.Errorf("tus listener: %w", err)
+	}
+	tusSrv := &http.Server{
+		Handler:           tus,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	tusDone := make(chan error, 1)
+	go func() { tusDone <- tusSrv.Serve(tusLn) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+		defer cancel()
+		if err := tusSrv.Shutdown(sctx); err != nil {
+			_ = tusSrv.Close()
+		}
+		<-tusDone
+	}()
+	log.Info("tus listening", "addr", tusLn.Addr().String())
+	if hk.tusReady != nil {
+		hk.tusReady(tusLn.Addr().String())
+	}
+
 	var wg sync.WaitGroup
 	// No new sweep or erasure once shutdown begins (an erasure stopped
 	// halfway is delivered again); the defer covers early returns.
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer func() { stopSweep(); wg.Wait() }()
 	if cfg.SweepInterval > 0 {
-		wg.Go(func() { sweep(sweepCtx, log, svc, cfg.SweepInterval, cfg.SweepAge) })
+		wg.Go(func() { sweep(sweepCtx, log, svc, tus, objects, cfg.SweepInterval, cfg.SweepAge) })
 	}
 	wg.Go(func() {
 		eraseDeletedUsers(sweepCtx, log, nc, cfg.SubjectPrefix, svc, cfg.EraseAckWait, cfg.EraseMaxDeliver)
@@ -256,7 +311,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 // sweep removes orphan objects now and then. The first run waits a random
 // part of the interval and every wait is jittered, so replicas started
 // together do not sweep in step (they could: removal is idempotent).
-func sweep(ctx context.Context, log *slog.Logger, svc *files.Service, every, age time.Duration) {
+func sweep(ctx context.Context, log *slog.Logger, svc *files.Service, tus *tusapi.Server, objects files.ObjectStore, every, age time.Duration) {
 	wait := time.Duration(rand.Int64N(int64(every)))
 	for {
 		select {
@@ -274,6 +329,11 @@ func sweep(ctx context.Context, log *slog.Logger, svc *files.Service, every, age
 			log.Warn("share link sweep failed", "err", err)
 		} else if n > 0 {
 			log.Info("share link sweep", "removed", n)
+		}
+		if n, err := tus.Sweep(ctx, objects); err != nil && ctx.Err() == nil {
+			log.Warn("expired upload sweep failed", "err", err, "removed", n)
+		} else if n > 0 {
+			log.Info("expired upload sweep", "removed", n)
 		}
 		wait = every - every/10 + time.Duration(rand.Int64N(int64(every/5)+1))
 	}

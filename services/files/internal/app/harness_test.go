@@ -29,6 +29,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 type harness struct {
 	t    testing.TB
 	base string
+	tus  string // base URL of the tus listener
 	env  testkit.Env
 	id   testkit.Identity
 	kit  *testkit.Servers
@@ -43,6 +44,7 @@ func start(t testing.TB, extra map[string]string, hk hooks) *harness {
 	id := testkit.NewIdentity(t)
 	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
 	env["FILES_ADDR"] = "127.0.0.1:0"
+	env["FILES_TUS_ADDR"] = "127.0.0.1:0"
 	env["FILES_PUBLIC_BASE_URL"] = "https://files.example.test/"
 	env["FILES_SWEEP_INTERVAL"] = "0"
 	for k, v := range extra {
@@ -50,7 +52,9 @@ func start(t testing.TB, extra map[string]string, hk hooks) *harness {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
+	tusc := make(chan string, 1)
 	errc := make(chan error, 1)
+	hk.tusReady = func(a string) { tusc <- a }
 	go func() { errc <- run(ctx, env.Getenv, io.Discard, func(a string) { addrc <- a }, hk) }()
 	var addr string
 	select {
@@ -73,7 +77,7 @@ func start(t testing.TB, extra map[string]string, hk hooks) *harness {
 			t.Error("service did not stop")
 		}
 	})
-	return &harness{t: t, base: "http://" + addr, env: env, id: id, kit: kit}
+	return &harness{t: t, base: "http://" + addr, tus: "http://" + <-tusc, env: env, id: id, kit: kit}
 }
 
 func (h *harness) token(sub, role string) string {
@@ -104,7 +108,12 @@ var client = &http.Client{Transport: &http.Transport{DisableCompression: true}, 
 
 func (h *harness) do(method, path, token string, body io.Reader, hdr map[string]string) *response {
 	h.t.Helper()
-	req, err := http.NewRequest(method, h.base+path, body)
+	return h.doURL(method, h.base+path, token, body, hdr)
+}
+
+func (h *harness) doURL(method, url, token string, body io.Reader, hdr map[string]string) *response {
+	h.t.Helper()
+	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -116,12 +125,12 @@ func (h *harness) do(method, path, token string, body io.Reader, hdr map[string]
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
+		h.t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		h.t.Fatalf("%s %s: reading body: %v", method, path, err)
+		h.t.Fatalf("%s %s: reading body: %v", method, url, err)
 	}
 	return &response{Response: resp, body: b}
 }

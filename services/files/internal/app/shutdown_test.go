@@ -24,6 +24,7 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 	id := testkit.NewIdentity(t)
 	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
 	env["FILES_ADDR"] = "127.0.0.1:0"
+	env["FILES_TUS_ADDR"] = "127.0.0.1:0"
 	env["FILES_SWEEP_INTERVAL"] = "0"
 	env["FILES_SHUTDOWN_GRACE"] = "30s"
 	ctx, cancel := context.WithCancel(context.Background())

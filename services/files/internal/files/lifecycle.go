@@ -65,6 +65,19 @@ func (s *Service) remaining(ctx context.Context, owner string) (int64, error) {
 	return max(q-used, 0), nil
 }
 
+// CheckSpace returns ErrQuotaExceeded when owner has less than n bytes of
+// quota left (a resumable upload declares its length before sending it).
+func (s *Service) CheckSpace(ctx context.Context, owner string, n int64) error {
+	left, err := s.remaining(ctx, owner)
+	if err != nil {
+		return err
+	}
+	if left >= 0 && n > left {
+		return ErrQuotaExceeded
+	}
+	return nil
+}
+
 // overQuota reports whether owner's records now pass their quota.
 func (s *Service) overQuota(ctx context.Context, owner string) (bool, error) {
 	q, limited, err := s.quota(ctx, owner)

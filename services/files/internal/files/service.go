@@ -158,7 +158,15 @@ var gzipWriters = sync.Pool{New: func() any {
 // (ErrQuotaExceeded as soon as it is crossed); Commit checks the quota
 // again against concurrent uploads.
 func (s *Service) StoreFile(ctx context.Context, owner string, src io.Reader) (*Pending, error) {
-	id := NewID()
+	return s.StoreFileAs(ctx, owner, NewID(), src)
+}
+
+// StoreFileAs is StoreFile with the record's id chosen by the caller (a
+// resumable upload keeps its id); id must be a fresh NewID.
+func (s *Service) StoreFileAs(ctx context.Context, owner, id string, src io.Reader) (*Pending, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("files: invalid record id %q", id)
+	}
 	now := s.now().UTC().Truncate(time.Millisecond)
 	key := ObjectKey(KindFile, id, now)
 
