@@ -72,8 +72,10 @@ export async function logsPage(main) {
     try {
       const stats = await api('GET', '/log/stats?' + q);
       chartBox.replaceChildren(barChart(stats, f.type.value, (bf, bt) => {
+        // The fields hold whole seconds: From rounds down and To up, so
+        // no record of the bar's interval falls outside them.
         f.from.value = localValue(bf);
-        f.to.value = localValue(bt);
+        f.to.value = localValue(new Date(Math.ceil(bt.getTime() / 1000) * 1000));
         cursors = [''];
         load();
       }));
