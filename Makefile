@@ -3,14 +3,14 @@ GO       ?= go
 PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run test test-short test-faults test-compose test-scale test-ha soak bench minio vet fmt fuzz chromium test-console
+.PHONY: run test test-short test-faults test-compose test-scale test-ha soak bench minio vet fmt fuzz packages test-console
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
 	$(GO) run ./scripts/devstack
 
 ## test: every test, race detector on, against real NATS, FerretDB and MinIO, and the console in Chromium
-test: chromium minio
+test: packages minio
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 	cd deploy/s3setup && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
@@ -48,12 +48,12 @@ soak: minio
 minio:
 	$(GO) run ./scripts/buildminio
 
-## chromium: Debian's /usr/bin/chromium for the console's browser test (apt-get install when missing, as root; else says how)
-chromium:
-	sh scripts/ensure-chromium.sh
+## packages: Debian's chromium (browser tests) and python3-tuspy (the tus client of the upload test): apt-get install when missing, as root; else says how
+packages:
+	sh scripts/ensure-packages.sh
 
 ## test-console: only the web console's browser scenarios (headless Chromium, driven with chromedp)
-test-console: chromium minio
+test-console: packages minio
 	cd scripts && $(GO) test -count=1 -run TestConsoleInBrowser ./e2e/
 
 ## bench: benchmarks side by side with the raw limits, printed as ratios

@@ -28,7 +28,7 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// chromiumPath is Debian's Chromium (scripts/ensure-chromium.sh installs
+// chromiumPath is Debian's Chromium (scripts/ensure-packages.sh installs
 // it; `make test` runs that first).
 const chromiumPath = "/usr/bin/chromium"
 

@@ -20,7 +20,7 @@ func TestAccountPagesInBrowser(t *testing.T) {
 		t.Skip("CONSOLE_BROWSER=skip")
 	}
 	if fi, err := os.Stat(chromiumPath); err != nil || fi.Mode()&0o111 == 0 {
-		t.Fatalf("%s is required for the browser tests: run scripts/ensure-chromium.sh, or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
+		t.Fatalf("%s is required for the browser tests: run scripts/ensure-packages.sh, or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
 	}
 	artifacts, err := filepath.Abs(filepath.Join("artifacts", "console"))
 	if err != nil {

@@ -42,14 +42,14 @@ import (
 // there when a step fails.
 //
 // It fails, not skips, when Chromium is missing (`make test` installs it
-// with scripts/ensure-chromium.sh); CONSOLE_BROWSER=skip skips it on
+// with scripts/ensure-packages.sh); CONSOLE_BROWSER=skip skips it on
 // purpose.
 func TestConsoleInBrowser(t *testing.T) {
 	if os.Getenv("CONSOLE_BROWSER") == "skip" {
 		t.Skip("CONSOLE_BROWSER=skip")
 	}
 	if fi, err := os.Stat(chromiumPath); err != nil || fi.Mode()&0o111 == 0 {
-		t.Fatalf("%s is required for the browser tests: run scripts/ensure-chromium.sh (make test does), or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
+		t.Fatalf("%s is required for the browser tests: run scripts/ensure-packages.sh (make test does), or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
 	}
 	artifacts, err := filepath.Abs(filepath.Join("artifacts", "console"))
 	if err != nil {

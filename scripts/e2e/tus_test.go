@@ -9,6 +9,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,5 +226,87 @@ func checkCode(t *testing.T, r rawResp, code string) {
 	t.Helper()
 	if got := r.json(t)["code"]; got != code {
 		t.Fatalf("code %v, want %s: %s", got, code, r.body)
+	}
+}
+
+// tuspyScript uploads argv[3] to argv[1] (the gateway's /uploads/) with the
+// session cookie argv[2], through tuspy (Debian's python3-tuspy, a tus
+// client library): with argv[4] "half" it sends the first half in chunks and
+// stops, printing the upload's URL; with "resume URL" it resumes that upload
+// from the offset the server reports and sends the rest.
+const tuspyScript = `
+import os, sys
+from tusclient import client
+c = client.TusClient(sys.argv[1], headers={"Cookie": "sessionId=" + sys.argv[2]})
+size = os.path.getsize(sys.argv[3])
+chunk = 4 << 20
+if sys.argv[4] == "half":
+    u = c.uploader(sys.argv[3], chunk_size=chunk, metadata={"filename": "tuspy.bin"})
+    while u.offset < size // 2:
+        u.upload_chunk()
+    print(u.url)
+else:
+    u = c.uploader(sys.argv[3], url=sys.argv[5], chunk_size=chunk)
+    print("resumed at", u.offset, file=sys.stderr)
+    u.upload()
+    print(u.offset)
+`
+
+// A real tus client library (tuspy) uploads through the gateway, stops at
+// half, and a second run resumes the same upload: the file is then an
+// ordinary one, byte-identical.
+func TestTusWithTuspy(t *testing.T) {
+	const python = "/usr/bin/python3" // Debian's, which imports python3-tuspy
+	if err := exec.Command(python, "-c", "import tusclient").Run(); err != nil {
+		t.Fatalf("Debian's python3-tuspy is required: run scripts/ensure-packages.sh (make test does) (%v)", err)
+	}
+	p, sec, _ := platform(t, nil)
+	admin := signIn(t, p.GatewayURL, sec.AdminEmail, sec.AdminPassword)
+	const size = 24 << 20
+	file := filepath.Join(t.TempDir(), "upload.bin")
+	data := make([]byte, size)
+	_, _ = rand.NewChaCha8([32]byte{'t', 'u', 's'}).Read(data)
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(python, append([]string{"-c", tuspyScript, p.GatewayURL + "/uploads/", admin.cookie(), file}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("tuspy %v: %v\n%s", args, err, stderr.String())
+		}
+		t.Logf("tuspy %v: %s %s", args, strings.TrimSpace(string(out)), strings.TrimSpace(stderr.String()))
+		return strings.TrimSpace(string(out))
+	}
+	uploadURL := run("half")
+	u, err := url.Parse(uploadURL)
+	if err != nil || !strings.HasPrefix(u.Path, "/uploads/") {
+		t.Fatalf("upload URL %q", uploadURL)
+	}
+	if off := admin.tusOffset(u.Path); off < size/2 || off >= size {
+		t.Fatalf("offset after the first run %d, want [%d, %d)", off, size/2, size)
+	}
+	if got := run("resume", uploadURL); got != strconv.Itoa(size) {
+		t.Fatalf("tuspy ended at %s, want %d", got, size)
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(u.Path, "/uploads/"), "+")
+	want := sha256.Sum256(data)
+	_, body, _ := admin.do("GET", "/retrieve/file/"+id, nil)
+	f, _ := body["file"].(map[string]any)
+	if f == nil || f["sha256"] != hex.EncodeToString(want[:]) || f["size"] != float64(size) || f["name"] != "tuspy.bin" {
+		t.Fatalf("record %v", body)
+	}
+	req, _ := http.NewRequest("GET", p.GatewayURL+"/download/file/"+id, nil)
+	resp, err := admin.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || sha256.Sum256(got) != want {
+		t.Fatalf("download: %d, %d bytes, %v", resp.StatusCode, len(got), err)
 	}
 }
