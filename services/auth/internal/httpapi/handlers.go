@@ -101,7 +101,9 @@ func (a *API) me(c *fiber.Ctx) error {
 	if err != nil {
 		return apiError(c, err)
 	}
-	return c.JSON(fiber.Map{"message": "user retrieved", "user": toUserJSON(u)})
+	uj := toUserJSON(u)
+	uj.RoleName = a.svc.EffectiveRole(u) // as /ms/me tells the gateways
+	return c.JSON(fiber.Map{"message": "user retrieved", "user": uj})
 }
 
 // PATCH /me {avatarUrl, password:{old,new}, fullName, email, sector}
