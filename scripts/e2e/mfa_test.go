@@ -8,9 +8,12 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -256,4 +259,67 @@ func TestMFAChallengeExpiryAndAdminRequirement(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // past the 1 s lifetime
 	wantCode(t, c, "POST", "/signin/mfa", map[string]string{"challenge": ch, "code": recovery[0]}, 401, "invalid_challenge")
 	c.mustStatus(401, "GET", "/me", nil)
+}
+
+// TestMFAInBrowser drives the console in headless Chromium: the profile's
+// set-up (the QR code shown, the key read from the page, the code computed
+// from it, the recovery codes listed), then a sign-in through the code step.
+func TestMFAInBrowser(t *testing.T) {
+	if os.Getenv("CONSOLE_BROWSER") == "skip" {
+		t.Skip("CONSOLE_BROWSER=skip")
+	}
+	if fi, err := os.Stat(chromiumPath); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("%s is required for the browser tests: run scripts/ensure-chromium.sh, or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
+	}
+	artifacts, err := filepath.Abs(filepath.Join("artifacts", "console"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, sec, _ := platform(t, nil)
+	base := p.GatewayURL
+	admin := signIn(t, base, sec.AdminEmail, sec.AdminPassword)
+	const email, pw = "tess@example.com", "correct horse battery"
+	admin.mustStatus(201, "POST", "/users", map[string]any{"email": email, "password": pw, "fullName": "Tess", "edv": "E-5"})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	b := startBrowser(ctx, t, artifacts)
+	pg := b.newTab("mfa", 1280, 900)
+	var secret string
+
+	b.step("enrol", pg, func() {
+		pg.goTo(base + "/console/#/signin")
+		pg.fill(doc.label("E-mail"), email)
+		pg.fill(doc.label("Password"), pw)
+		pg.click(doc.role("button", "Sign in"))
+		pg.waitFor(doc.role("h1", "Profile"))
+		pg.click(doc.role("button", "Set up two-step sign-in"))
+		pg.waitFor(doc.css(`img[alt="QR code for your authenticator app"]`))
+		pg.waitJS("the QR code image is decoded", `(() => { const i = document.querySelector('img[alt="QR code for your authenticator app"]'); return !!i && i.complete && i.naturalWidth >= 100; })()`)
+		secret = pg.textOf(doc.css("code.totp-secret"))
+		pg.shot("40-mfa-qr")
+		pg.fill(doc.label("Code from the app"), totpAt(t, secret, stepNow()))
+		pg.click(doc.role("button", "Turn on"))
+		pg.waitFor(doc.css("ul.recovery"))
+		pg.shot("41-mfa-recovery")
+		if n := pg.count(doc.css("ul.recovery li")); n != 10 {
+			t.Fatalf("%d recovery codes listed, want 10", n)
+		}
+	})
+
+	b.step("sign in with a code", pg, func() {
+		pg.click(doc.role("button", "Sign out"))
+		pg.waitFor(doc.role("h1", "Sign in"))
+		pg.fill(doc.label("E-mail"), email)
+		pg.fill(doc.label("Password"), pw)
+		pg.click(doc.role("button", "Sign in"))
+		pg.waitFor(doc.role("h1", "Enter your code"))
+		pg.shot("42-mfa-code")
+		pg.fill(doc.label("Code"), totpAt(t, secret, stepNow()+1))
+		pg.click(doc.role("button", "Verify"))
+		pg.waitFor(doc.role("h1", "Profile"))
+	})
 }
