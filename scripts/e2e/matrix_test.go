@@ -171,6 +171,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/me/api-keys", "auth", aSession, 200, nil},
 		{"POST", "/me/api-keys", "auth", aSession, 400, jsonBody(`{}`)},
 		{"DELETE", "/me/api-keys/" + unknown, "auth", aSession, 404, nil},
+		{"POST", "/signin/mfa", "auth", aPublic, 401, jsonBody(`{"challenge":"x","code":"123456"}`)}, // unknown challenge
+		{"GET", "/me/mfa", "auth", aSession, 200, nil},
+		{"POST", "/me/mfa/totp", "auth", aSession, 200, nil},
+		{"POST", "/me/mfa/totp/confirm", "auth", aSession, 400, jsonBody(`{}`)},
+		{"POST", "/me/mfa/totp/disable", "auth", aSession, 400, jsonBody(`{}`)},
+		{"DELETE", "/users/" + unknown + "/mfa", "auth", aAdmin, 404, nil},
 		{"GET", "/users/" + unknown + "/api-keys", "auth", aAdmin, 404, nil},
 		{"POST", "/users/" + unknown + "/api-keys", "auth", aAdmin, 400, jsonBody(`{}`)},
 		{"DELETE", "/users/" + unknown + "/api-keys/" + unknown, "auth", aAdmin, 404, nil},

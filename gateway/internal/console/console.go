@@ -21,8 +21,9 @@ import (
 //go:embed assets
 var assets embed.FS
 
-// CSP is the console's Content-Security-Policy.
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+// CSP is the console's Content-Security-Policy. Images may also be data:
+// URLs: the TOTP enrolment's QR code comes in the API's JSON as one.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 type file struct {

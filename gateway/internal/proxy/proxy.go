@@ -57,8 +57,9 @@ type Route struct {
 var Routes = []Route{
 	{Prefix: "/ms/me", Exact: true, Service: "auth", Access: Service},
 	{Prefix: "/signin", Exact: true, Service: "auth", Access: Public},
-	{Prefix: "/password", Service: "auth", Access: Public}, // forgot, reset: the mailed token is the proof
-	{Prefix: "/email", Service: "auth", Access: Public},    // verify: the mailed token is the proof
+	{Prefix: "/signin/mfa", Exact: true, Service: "auth", Access: Public}, // the challenge id is the proof of the password
+	{Prefix: "/password", Service: "auth", Access: Public},                // forgot, reset: the mailed token is the proof
+	{Prefix: "/email", Service: "auth", Access: Public},                   // verify: the mailed token is the proof
 	{Prefix: "/signout", Exact: true, Service: "auth", Access: Session},
 	{Prefix: "/me/usage", Exact: true, Service: "files", Access: Session},
 	{Prefix: "/me", Service: "auth", Access: Session},

@@ -7,7 +7,8 @@ import { h, field, errorBox, fmtDate } from './dom.js';
 const APP = 'ACME-AUTH';
 const events = ['', 'signin.succeeded', 'signin.failed', 'signin.throttled', 'signin.unverified', 'signout', 'session.ended',
   'password.changed', 'password.reset_requested', 'password.reset', 'email.verified', 'email.change_requested', 'email.changed',
-  'user.created', 'user.changed', 'user.deleted', 'apikey.created', 'apikey.first_used', 'apikey.revoked'];
+  'user.created', 'user.changed', 'user.deleted', 'apikey.created', 'apikey.first_used', 'apikey.revoked',
+  'mfa.enabled', 'mfa.disabled', 'mfa.reset', 'mfa.failed'];
 
 export function auditPage(main) {
   const err = errorBox();

@@ -7,6 +7,7 @@ const messages = {
   invalid_email: 'Enter a valid e-mail address.',
   invalid_password: 'The password must be 8 to 1024 characters long.',
   email_unverified: 'Confirm your e-mail address first: open the link sent to it.',
+  invalid_code: 'The code is wrong or was already used.',
 };
 
 export function signinPage(main) {
@@ -28,7 +29,8 @@ export function signinPage(main) {
     if (!email || !password) return err.show('Enter your e-mail and password.');
     button.disabled = true;
     try {
-      await api('POST', '/signin', { email, password });
+      const r = await api('POST', '/signin', { email, password });
+      if (r && r.mfaRequired) return codeStep(r.challenge);
       await loadUser();
       say('Signed in.');
       go('/profile');
@@ -48,6 +50,44 @@ export function signinPage(main) {
       form.password.focus();
     }
   });
+  // The second step: a code for the challenge the password earned.
+  function codeStep(challenge) {
+    const cerr = errorBox();
+    const cbutton = h('button', { type: 'submit' }, 'Verify');
+    const cform = h('form', { class: 'card narrow', 'aria-labelledby': 'code-title', novalidate: true },
+      h('h1', { id: 'code-title' }, 'Enter your code'),
+      h('p', {}, 'Enter the code your authenticator app shows, or one of your recovery codes.'),
+      cerr,
+      field('Code', 'code', { autocomplete: 'one-time-code', required: true }),
+      cbutton);
+    cform.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      cerr.show('');
+      const code = cform.code.value.trim();
+      if (!code) return cerr.show('Enter the code.');
+      cbutton.disabled = true;
+      try {
+        await api('POST', '/signin/mfa', { challenge, code });
+        await loadUser();
+        say('Signed in.');
+        go('/profile');
+      } catch (e) {
+        cbutton.disabled = false;
+        if (e.code === 'invalid_challenge') {
+          cform.replaceWith(form);
+          button.disabled = false;
+          form.password.value = '';
+          err.show('The sign-in took too long. Enter your password again.');
+          return form.password.focus();
+        }
+        cerr.show(e.code === 'throttled' ? 'Too many wrong codes. Wait a minute and try again.' : (messages[e.code] || e.message));
+        cform.code.select();
+      }
+    });
+    form.replaceWith(cform);
+    cform.code.focus();
+  }
+
   main.append(form);
   form.email.focus();
   return () => { if (timer) clearInterval(timer); };

@@ -31,8 +31,10 @@ type User struct {
 	// EmailVerified: the user has opened a verification (or password
 	// reset) link sent to Email.
 	EmailVerified bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// MFAEnabled: sign-in needs a second factor (a confirmed TOTP).
+	MFAEnabled bool
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // Session is a signed-in browser or client. The secret (the cookie value) is
@@ -60,12 +62,13 @@ type UserPatch struct {
 	Role          *string
 	PasswordHash  *string
 	EmailVerified *bool
+	MFAEnabled    *bool
 }
 
 // Empty reports whether the patch changes nothing.
 func (p UserPatch) Empty() bool {
 	return p.Email == nil && p.FullName == nil && p.Sector == nil && p.EDV == nil &&
-		p.AvatarURL == nil && p.Role == nil && p.PasswordHash == nil && p.EmailVerified == nil
+		p.AvatarURL == nil && p.Role == nil && p.PasswordHash == nil && p.EmailVerified == nil && p.MFAEnabled == nil
 }
 
 // UserStore keeps users. E-mails are unique case-insensitively.

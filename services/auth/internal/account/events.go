@@ -22,6 +22,10 @@ const (
 	EventAPIKeyCreated      = "apikey.created"
 	EventAPIKeyFirstUsed    = "apikey.first_used"
 	EventAPIKeyRevoked      = "apikey.revoked"
+	EventMFAEnabled         = "mfa.enabled"
+	EventMFADisabled        = "mfa.disabled"
+	EventMFAReset           = "mfa.reset"
+	EventMFAFailed          = "mfa.failed"
 )
 
 // Event is one security event. Actor and Target are user ids (Actor empty

@@ -34,6 +34,7 @@ type Service struct {
 	mail       *mailState  // nil: mail is off
 	events     EventSink   // nil: events are not recorded
 	keys       APIKeyStore // nil: API keys are off
+	mfa        *mfaState   // nil: no second factor
 	userEvents UserEvents  // nil: deletions are not announced
 	cfg        Config
 	log        *slog.Logger
@@ -240,6 +241,15 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 		return "", Session{}, User{}, ErrInvalidCredentials
 	}
 
+	// With a second factor, the right password only earns a challenge: the
+	// account's throttle is reset once the code is right too.
+	if u.MFAEnabled && s.mfa != nil && (s.mail == nil || !s.mail.cfg.RequireVerify || u.EmailVerified) {
+		ch, err := s.newChallenge(ctx, u)
+		if err != nil {
+			return "", Session{}, User{}, err
+		}
+		return "", Session{}, u, ch
+	}
 	if _, seen := locks[acct]; seen {
 		if err := s.throttle.Reset(ctx, acct); err != nil {
 			s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
@@ -578,6 +588,11 @@ func (s *Service) Sweep(ctx context.Context) error {
 	}
 	if err := s.sweepTokens(ctx); err != nil {
 		return err
+	}
+	if s.mfa != nil && s.mail == nil { // with mail on, sweepTokens swept the same store
+		if err := s.mfa.tokens.DeleteExpired(ctx, t); err != nil {
+			return err
+		}
 	}
 	if n > 0 {
 		s.log.Info("expired sessions swept", "count", n)

@@ -68,6 +68,7 @@ type Config struct {
 	AuditApp        string        // empty: no audit trail
 	SMTP            mailer.Config // SMTP.Host empty: mail is off
 	Mail            account.MailConfig
+	MFA             account.MFAConfig
 }
 
 // LoadConfig reads the configuration; see docs/auth.md for the table.
@@ -143,6 +144,14 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		RequireVerify: r.Bool("REQUIRE_VERIFIED_EMAIL", false),
 		MaxPending:    r.Int("MAIL_MAX_PENDING", 64),
 	}
+	c.MFA = account.MFAConfig{
+		Issuer:       r.String("MFA_ISSUER", "ACME Platform"),
+		ChallengeTTL: r.Duration("MFA_CHALLENGE_TTL", 5*time.Minute),
+		RequireAdmin: r.Bool("MFA_REQUIRE_ADMIN", false),
+	}
+	if k := r.Secret("MFA_KEY", ""); k != "" {
+		c.MFA.Key = []byte(k)
+	}
 	if err := r.Err(); err != nil {
 		return c, r, err
 	}
@@ -199,6 +208,12 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		c.Mail.SendTimeout = c.SMTP.Timeout + 10*time.Second
 	} else if c.Mail.RequireVerify {
 		problems = append(problems, "AUTH_REQUIRE_VERIFIED_EMAIL needs mail: set AUTH_SMTP_HOST")
+	}
+	if c.MFA.ChallengeTTL <= 0 || c.MFA.Issuer == "" || strings.Contains(c.MFA.Issuer, ":") {
+		problems = append(problems, "AUTH_MFA_CHALLENGE_TTL must be positive and AUTH_MFA_ISSUER a non-empty name without a colon")
+	}
+	if c.MFA.Key != nil && len(c.MFA.Key) < 32 {
+		problems = append(problems, "AUTH_MFA_KEY must be at least 32 characters (random; it seals TOTP secrets)")
 	}
 	if len(problems) > 0 {
 		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
@@ -296,6 +311,12 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		svc.SetEvents(sink)
 	}
 	svc.SetAPIKeys(mongostore.NewAPIKeys(db))
+	if err := svc.SetMFA(mongostore.NewFactors(db), mongostore.NewTokens(db), cfg.MFA); err != nil {
+		return err
+	}
+	if cfg.MFA.Key == nil {
+		log.Warn("AUTH_MFA_KEY is not set: TOTP secrets are stored unsealed (a database dump reveals them)")
+	}
 
 	if cfg.SMTP.Host != "" {
 		m, err := mailer.New(cfg.SMTP)

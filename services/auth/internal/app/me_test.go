@@ -137,7 +137,7 @@ func mustOID(t *testing.T, id string) bson.ObjectID {
 // assertUserShape checks the spec's User: exactly these fields, no hash.
 func assertUserShape(t *testing.T, u map[string]any) {
 	t.Helper()
-	wantKeys := []string{"id", "email", "fullName", "sector", "edv", "avatarUrl", "createdAt", "updatedAt", "roleName", "emailVerified"}
+	wantKeys := []string{"id", "email", "fullName", "sector", "edv", "avatarUrl", "createdAt", "updatedAt", "roleName", "emailVerified", "mfaEnabled"}
 	if len(u) != len(wantKeys) {
 		t.Fatalf("user has fields %v, want exactly %v", keys(u), wantKeys)
 	}

@@ -120,9 +120,11 @@ func (a *API) serviceAPIKey(c *fiber.Ctx) error {
 	if err != nil {
 		return apiError(c, err)
 	}
+	uj := toUserJSON(u)
+	uj.RoleName = a.svc.EffectiveRole(u) // as for sessions (AUTH_MFA_REQUIRE_ADMIN)
 	return c.JSON(fiber.Map{
 		"message": "api key retrieved",
-		"user":    toUserJSON(u),
+		"user":    uj,
 		"apiKey":  toAPIKeyJSON(k),
 	})
 }

@@ -33,8 +33,15 @@ func (a *API) signIn(c *fiber.Ctx) error {
 		Email: *body.Email, Password: *body.Password, Client: cl,
 	})
 	var te *account.ThrottledError
+	var mr *account.MFARequired
 	ev := account.Event{Target: u.ID, TargetEmail: strings.Clone(*body.Email), Client: cl}
 	switch {
+	case errors.As(err, &mr):
+		// The password was right: no session until the second factor.
+		return c.Status(http.StatusAccepted).JSON(fiber.Map{
+			"message": "second factor required", "mfaRequired": true,
+			"challenge": mr.Challenge, "expiresAt": mr.ExpiresAt,
+		})
 	case err == nil:
 		a.opts.Meter.SignIn(SignInOK)
 		ev.Type, ev.Actor, ev.TargetEmail = account.EventSignIn, u.ID, u.Email
@@ -77,9 +84,13 @@ func (a *API) serviceMe(c *fiber.Ctx) error {
 	if err != nil {
 		return apiError(c, err)
 	}
+	uj := toUserJSON(u)
+	// An administrator who must enrol a second factor acts as a user
+	// until they do (AUTH_MFA_REQUIRE_ADMIN).
+	uj.RoleName = a.svc.EffectiveRole(u)
 	return c.JSON(fiber.Map{
 		"message": "user retrieved",
-		"user":    toUserJSON(u),
+		"user":    uj,
 		"session": fiber.Map{"id": sess.PublicID, "expiresAt": a.svc.ExpiresAt(sess)},
 	})
 }
@@ -90,7 +101,9 @@ func (a *API) me(c *fiber.Ctx) error {
 	if err != nil {
 		return apiError(c, err)
 	}
-	return c.JSON(fiber.Map{"message": "user retrieved", "user": toUserJSON(u)})
+	uj := toUserJSON(u)
+	uj.RoleName = a.svc.EffectiveRole(u) // as /ms/me tells the gateways
+	return c.JSON(fiber.Map{"message": "user retrieved", "user": uj})
 }
 
 // PATCH /me {avatarUrl, password:{old,new}, fullName, email, sector}

@@ -85,6 +85,12 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 
 	app.Use(web.RequireIdentity(v))
 	app.Post("/signin", a.signIn)
+	app.Post("/signin/mfa", a.signInMFA)
+	app.Get("/me/mfa", web.RequireUser, a.mfaStatus)
+	app.Post("/me/mfa/totp", web.RequireUser, a.startTOTP)
+	app.Post("/me/mfa/totp/confirm", web.RequireUser, a.confirmTOTP)
+	app.Post("/me/mfa/totp/disable", web.RequireUser, a.disableTOTP)
+	app.Delete("/users/:id/mfa", web.RequireAdmin, a.resetMFA)
 	app.Delete("/signout", web.RequireUser, a.signOut)
 	app.Get("/me", web.RequireUser, a.me)
 	app.Patch("/me", web.RequireUser, a.patchMe)
@@ -140,13 +146,15 @@ type userJSON struct {
 	RoleName  string    `json:"roleName"`
 	// EmailVerified: the user opened a link sent to Email.
 	EmailVerified bool `json:"emailVerified"`
+	// MFAEnabled: sign-in asks for a second factor.
+	MFAEnabled bool `json:"mfaEnabled"`
 }
 
 func toUserJSON(u account.User) userJSON {
 	return userJSON{
 		ID: u.ID, Email: u.Email, FullName: u.FullName, Sector: u.Sector, EDV: u.EDV,
 		AvatarURL: u.AvatarURL, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt, RoleName: u.Role,
-		EmailVerified: u.EmailVerified,
+		EmailVerified: u.EmailVerified, MFAEnabled: u.MFAEnabled,
 	}
 }
 
@@ -220,6 +228,12 @@ var (
 	errAlreadyVerified    = web.Errorf(http.StatusConflict, "already_verified", "the e-mail address is already verified")
 	errInvalidAPIKey      = web.Errorf(http.StatusUnauthorized, "invalid_api_key", "the api key is unknown, expired or revoked")
 	errAPIKeyNotFound     = web.Errorf(http.StatusNotFound, "api_key_not_found", "no api key of this user with this id")
+	errMFAEnabled         = web.Errorf(http.StatusConflict, "mfa_enabled", "a second factor is already enabled: disable it first")
+	errMFANotEnabled      = web.Errorf(http.StatusConflict, "mfa_not_enabled", "no second factor is enabled")
+	errNoEnrolment        = web.Errorf(http.StatusConflict, "no_enrolment", "start an enrolment first (POST /me/mfa/totp)")
+	errInvalidCode        = web.Errorf(http.StatusForbidden, "invalid_code", "the code is wrong or was already used")
+	errInvalidChallenge   = web.Errorf(http.StatusUnauthorized, "invalid_challenge", "the challenge is unknown, expired or was already used: sign in again")
+	errMFADisabled        = web.Errorf(http.StatusServiceUnavailable, "mfa_disabled", "second factors are not available on this platform")
 	errTooManyKeys        = web.Errorf(http.StatusConflict, "too_many_api_keys", "this user has the most api keys allowed (100): revoke one first")
 )
 
@@ -275,6 +289,18 @@ func apiError(c *fiber.Ctx, err error) error {
 		return errInvalidAPIKey
 	case errors.Is(err, account.ErrAPIKeyNotFound):
 		return errAPIKeyNotFound
+	case errors.Is(err, account.ErrMFAEnabled):
+		return errMFAEnabled
+	case errors.Is(err, account.ErrMFANotEnabled):
+		return errMFANotEnabled
+	case errors.Is(err, account.ErrNoEnrolment):
+		return errNoEnrolment
+	case errors.Is(err, account.ErrInvalidCode):
+		return errInvalidCode
+	case errors.Is(err, account.ErrInvalidChallenge):
+		return errInvalidChallenge
+	case errors.Is(err, account.ErrMFADisabled):
+		return errMFADisabled
 	case errors.Is(err, account.ErrTooManyKeys):
 		return errTooManyKeys
 	case errors.Is(err, context.DeadlineExceeded):

@@ -70,6 +70,7 @@ type userDoc struct {
 	Role          string        `bson:"roleName"`
 	PasswordHash  string        `bson:"passwordHash"`
 	EmailVerified bool          `bson:"emailVerified"`
+	MFAEnabled    bool          `bson:"mfaEnabled"`
 	CreatedAt     time.Time     `bson:"createdAt"`
 	UpdatedAt     time.Time     `bson:"updatedAt"`
 }
@@ -78,14 +79,14 @@ func toUserDoc(u account.User) userDoc {
 	return userDoc{
 		Email: u.Email, EmailLower: account.NormalizeEmail(u.Email), FullName: u.FullName,
 		Sector: u.Sector, EDV: u.EDV, AvatarURL: u.AvatarURL, Role: u.Role,
-		PasswordHash: u.PasswordHash, EmailVerified: u.EmailVerified, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt,
+		PasswordHash: u.PasswordHash, EmailVerified: u.EmailVerified, MFAEnabled: u.MFAEnabled, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt,
 	}
 }
 
 func fromUserDoc(d userDoc) account.User {
 	return account.User{
 		ID: d.ID.Hex(), Email: d.Email, FullName: d.FullName, Sector: d.Sector, EDV: d.EDV,
-		AvatarURL: d.AvatarURL, Role: d.Role, PasswordHash: d.PasswordHash, EmailVerified: d.EmailVerified,
+		AvatarURL: d.AvatarURL, Role: d.Role, PasswordHash: d.PasswordHash, EmailVerified: d.EmailVerified, MFAEnabled: d.MFAEnabled,
 		CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
 	}
 }
@@ -164,6 +165,9 @@ func (s *Users) Update(ctx context.Context, id string, p account.UserPatch, now 
 	str("passwordHash", p.PasswordHash)
 	if p.EmailVerified != nil {
 		set = append(set, bson.E{Key: "emailVerified", Value: *p.EmailVerified})
+	}
+	if p.MFAEnabled != nil {
+		set = append(set, bson.E{Key: "mfaEnabled", Value: *p.MFAEnabled})
 	}
 	var d userDoc
 	err = s.c.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: oid}}, bson.D{{Key: "$set", Value: set}},
