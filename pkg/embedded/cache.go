@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,4 +73,31 @@ func programName(pkg string) string {
 		name = parts[len(parts)-2]
 	}
 	return name
+}
+
+// Pinned is a Go program built once from a pinned module into the cache
+// (CachedBinary with GoInstall): MinIO, Mailpit, the NATS CLI, PocketBase.
+type Pinned struct {
+	Name    string // for the progress line: "MinIO"
+	Package string // the main package's import path
+	Version string // the module's version
+	Dir     string // the cache's subdirectory, before "-<version>"
+	File    string // the program's file name in it
+	Env     string // a variable naming a binary to use instead
+	Note    string // said after the progress line: "(a few minutes the first time)"
+}
+
+// Binary returns the program's path: $Env when set, else the cached build,
+// made once (concurrent callers, in this or other processes, wait for it).
+func (p Pinned) Binary(ctx context.Context, progress io.Writer) (string, error) {
+	if b := os.Getenv(p.Env); p.Env != "" && b != "" {
+		return b, nil
+	}
+	dir := filepath.Join(CacheDir(), p.Dir+"-"+p.Version)
+	return CachedBinary(filepath.Join(dir, p.File), func(out string) error {
+		if progress != nil {
+			fmt.Fprintf(progress, "building %s %s once into %s%s...\n", p.Name, p.Version, dir, p.Note)
+		}
+		return GoInstall(ctx, p.Package, p.Version, out)
+	})
 }

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -27,16 +26,8 @@ const (
 // MailpitBinary returns the path of the pinned Mailpit, building it once
 // into the cache. $MAILPIT_BINARY overrides.
 func MailpitBinary(ctx context.Context, progress io.Writer) (string, error) {
-	if p := os.Getenv("MAILPIT_BINARY"); p != "" {
-		return p, nil
-	}
-	dir := filepath.Join(CacheDir(), "mailpit-"+MailpitVersion)
-	return CachedBinary(filepath.Join(dir, "mailpit"), func(out string) error {
-		if progress != nil {
-			fmt.Fprintf(progress, "building Mailpit %s once into %s...\n", MailpitVersion, dir)
-		}
-		return GoInstall(ctx, MailpitModule, MailpitVersion, out)
-	})
+	return Pinned{Name: "Mailpit", Package: MailpitModule, Version: MailpitVersion, Dir: "mailpit", File: "mailpit",
+		Env: "MAILPIT_BINARY"}.Binary(ctx, progress)
 }
 
 // Mailpit TLS modes of the SMTP listener.

@@ -36,16 +36,8 @@ func CacheDir() string {
 // (a few minutes) into the cache. $MINIO_BINARY overrides. Concurrent callers,
 // in this or other processes, wait for one build.
 func MinIOBinary(ctx context.Context, progress io.Writer) (string, error) {
-	if p := os.Getenv("MINIO_BINARY"); p != "" {
-		return p, nil
-	}
-	dir := filepath.Join(CacheDir(), "minio-"+MinIOVersion)
-	return CachedBinary(filepath.Join(dir, "minio"), func(out string) error {
-		if progress != nil {
-			fmt.Fprintf(progress, "building MinIO %s once into %s (takes a few minutes the first time)...\n", MinIOVersion, dir)
-		}
-		return GoInstall(ctx, MinIOModule, MinIOVersion, out)
-	})
+	return Pinned{Name: "MinIO", Package: MinIOModule, Version: MinIOVersion, Dir: "minio", File: "minio",
+		Env: "MINIO_BINARY", Note: " (takes a few minutes the first time)"}.Binary(ctx, progress)
 }
 
 // MinIO is a running MinIO server process.

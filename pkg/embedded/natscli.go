@@ -2,10 +2,7 @@ package embedded
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 )
 
 // The NATS command-line tool (`nats pub`, `nats sub`, ...), pinned: tests
@@ -19,14 +16,6 @@ const (
 // once into the cache. $NATS_CLI_BINARY overrides. Concurrent callers, in
 // this or other processes, wait for one build.
 func NATSCLIBinary(ctx context.Context, progress io.Writer) (string, error) {
-	if p := os.Getenv("NATS_CLI_BINARY"); p != "" {
-		return p, nil
-	}
-	dir := filepath.Join(CacheDir(), "natscli-"+NATSCLIVersion)
-	return CachedBinary(filepath.Join(dir, "nats"), func(out string) error {
-		if progress != nil {
-			fmt.Fprintf(progress, "building the NATS CLI %s once into %s...\n", NATSCLIVersion, dir)
-		}
-		return GoInstall(ctx, NATSCLIModule, NATSCLIVersion, out)
-	})
+	return Pinned{Name: "the NATS CLI", Package: NATSCLIModule, Version: NATSCLIVersion, Dir: "natscli", File: "nats",
+		Env: "NATS_CLI_BINARY"}.Binary(ctx, progress)
 }

@@ -33,14 +33,8 @@ const (
 // $POCKETBASE_BINARY overrides. Built like pkg/embedded's binaries
 // (embedded.CachedBinary: one build under a lock, never half-written).
 func pocketBaseBinary(ctx context.Context, progress io.Writer) (string, error) {
-	if p := os.Getenv("POCKETBASE_BINARY"); p != "" {
-		return p, nil
-	}
-	dir := filepath.Join(embedded.CacheDir(), "pocketbase-"+pocketBaseVersion)
-	return embedded.CachedBinary(filepath.Join(dir, "pocketbase"), func(out string) error {
-		fmt.Fprintf(progress, "building PocketBase %s once into %s (a minute or two the first time)...\n", pocketBaseVersion, dir)
-		return embedded.GoInstall(ctx, pocketBaseModule+"/examples/base", pocketBaseVersion, out)
-	})
+	return embedded.Pinned{Name: "PocketBase", Package: pocketBaseModule + "/examples/base", Version: pocketBaseVersion,
+		Dir: "pocketbase", File: "pocketbase", Env: "POCKETBASE_BINARY", Note: " (a minute or two the first time)"}.Binary(ctx, progress)
 }
 
 // pocketBase is a running `pocketbase serve`.
