@@ -255,31 +255,10 @@ func TestHA(t *testing.T) {
 	report("  publisher (pkg/logclient): "+strings.TrimSpace(lastLine(pubOut)), "retried with the same Nats-Msg-Id")
 
 	// Every record stored exactly once.
-	t0 := time.Now()
-	var seen map[string]int
-	for {
-		seen = listBodies(t, admin, "/log/db/1/SERVER-APP-C", tag)
-		total := 0
-		for _, c := range seen {
-			total += c
-		}
-		if total >= records || time.Since(t0) > 3*time.Minute {
-			break
-		}
-		time.Sleep(2 * time.Second)
-	}
-	missing, dup := 0, 0
-	for i := range records {
-		switch c := seen[fmt.Sprintf("%s #%d", tag, i)]; {
-		case c == 0:
-			missing++
-		case c > 1:
-			dup += c - 1
-		}
-	}
+	distinct, missing, dup := countStored(t, admin, tag, records)
 	report("10,000 records published over NATS during the faults", fmt.Sprintf("%d stored once, %d missing, %d duplicated", records-missing, missing, dup))
-	if missing > 0 || dup > 0 || len(seen) != records {
-		t.Errorf("%d missing, %d duplicated, %d distinct bodies, want %d once each", missing, dup, len(seen), records)
+	if missing > 0 || dup > 0 || distinct != records {
+		t.Errorf("%d missing, %d duplicated, %d distinct bodies, want %d once each", missing, dup, distinct, records)
 	}
 
 	// Every file reads back byte-identical.

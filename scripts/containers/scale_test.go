@@ -302,31 +302,10 @@ func TestScale(t *testing.T) {
 		if pubErr != nil {
 			t.Fatalf("publisher: %v\n%s", pubErr, pubOut)
 		}
-		t0 := time.Now()
-		var seen map[string]int
-		for {
-			seen = listBodies(t, admin, "/log/db/1/SERVER-APP-C", tag)
-			total := 0
-			for _, c := range seen {
-				total += c
-			}
-			if total >= n || time.Since(t0) > 3*time.Minute {
-				break
-			}
-			time.Sleep(2 * time.Second)
-		}
-		missing, dup := 0, 0
-		for i := range n {
-			switch c := seen[fmt.Sprintf("%s #%d", tag, i)]; {
-			case c == 0:
-				missing++
-			case c > 1:
-				dup += c - 1
-			}
-		}
+		distinct, missing, dup := countStored(t, admin, tag, n)
 		report("20,000 NATS records, one logs replica killed, one off the bus 10 s", fmt.Sprintf("%d stored once, %d missing, %d duplicated", n-missing, missing, dup))
-		if missing > 0 || dup > 0 || len(seen) != n {
-			t.Errorf("%d missing, %d duplicated, %d distinct bodies, want %d once each", missing, dup, len(seen), n)
+		if missing > 0 || dup > 0 || distinct != n {
+			t.Errorf("%d missing, %d duplicated, %d distinct bodies, want %d once each", missing, dup, distinct, n)
 		}
 		healthy, err := s.WaitHealthy(ctx, time.Now(), 2*time.Minute)
 		must(t, err)
@@ -468,6 +447,35 @@ func firstServed(ctx context.Context, id string) (time.Time, error) {
 
 // listBodies reads a whole log listing by cursor and counts the records
 // whose body starts with tag.
+// countStored waits (up to 3 minutes) until the n records "<tag> #<i>" of
+// SERVER-APP-C are listed, and counts how many distinct bodies were listed,
+// how many are missing and how many listed more than once.
+func countStored(t *testing.T, admin *Client, tag string, n int) (distinct, missing, dup int) {
+	t.Helper()
+	t0 := time.Now()
+	var seen map[string]int
+	for {
+		seen = listBodies(t, admin, "/log/db/1/SERVER-APP-C", tag)
+		total := 0
+		for _, c := range seen {
+			total += c
+		}
+		if total >= n || time.Since(t0) > 3*time.Minute {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	for i := range n {
+		switch c := seen[fmt.Sprintf("%s #%d", tag, i)]; {
+		case c == 0:
+			missing++
+		case c > 1:
+			dup += c - 1
+		}
+	}
+	return len(seen), missing, dup
+}
+
 func listBodies(t *testing.T, c *Client, path, tag string) map[string]int {
 	t.Helper()
 	seen := map[string]int{}

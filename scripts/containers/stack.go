@@ -204,6 +204,9 @@ func (s *Stack) Network(name string) string { return s.Project + "_" + name }
 // Container is what the harness reads of one container.
 type Container struct {
 	ID, Name, Service, Health string
+	// The latest healthcheck: when it began and whether it passed.
+	LastCheck       time.Time
+	LastCheckPassed bool
 	User                      string // the configured user
 	Pid                       int
 	Running                   bool
@@ -238,7 +241,13 @@ func (s *Stack) Containers(ctx context.Context, services ...string) ([]Container
 			Running   bool
 			Pid       int
 			StartedAt time.Time
-			Health    *struct{ Status string }
+			Health    *struct {
+				Status string
+				Log    []struct {
+					Start    time.Time
+					ExitCode int
+				}
+			}
 		}
 		NetworkSettings struct {
 			Networks map[string]struct{ IPAddress string }
@@ -254,8 +263,12 @@ func (s *Stack) Containers(ctx context.Context, services ...string) ([]Container
 			User: r.Config.User, Pid: r.State.Pid, Running: r.State.Running, StartedAt: r.State.StartedAt,
 			IPs: map[string]string{},
 		}
-		if r.State.Health != nil {
-			c.Health = r.State.Health.Status
+		if h := r.State.Health; h != nil {
+			c.Health = h.Status
+			if len(h.Log) > 0 {
+				last := h.Log[len(h.Log)-1]
+				c.LastCheck, c.LastCheckPassed = last.Start, last.ExitCode == 0
+			}
 		}
 		for n, ep := range r.NetworkSettings.Networks {
 			c.IPs[strings.TrimPrefix(n, s.Project+"_")] = ep.IPAddress
@@ -295,48 +308,22 @@ func (s *Stack) WaitHealthy(ctx context.Context, since time.Time, max time.Durat
 // notHealthySince names the running containers with a healthcheck that are
 // not healthy, or whose latest check began before since or failed.
 func (s *Stack) notHealthySince(ctx context.Context, since time.Time) ([]string, error) {
-	out, err := exec.CommandContext(ctx, "docker", "ps", "-q", "--filter", "label=com.docker.compose.project="+s.Project).Output()
+	cs, err := s.Containers(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("docker ps: %w", err)
-	}
-	ids := strings.Fields(string(out))
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	out, err = exec.CommandContext(ctx, "docker", append([]string{"inspect"}, ids...)...).Output()
-	if err != nil {
-		return nil, fmt.Errorf("docker inspect: %w", err)
-	}
-	var raw []struct {
-		Name  string
-		State struct {
-			Running bool
-			Health  *struct {
-				Status string
-				Log    []struct {
-					Start    time.Time
-					ExitCode int
-				}
-			}
-		}
-	}
-	if err := json.Unmarshal(out, &raw); err != nil {
 		return nil, err
 	}
 	var waiting []string
-	for _, r := range raw {
-		h := r.State.Health
-		if !r.State.Running || h == nil {
+	for _, c := range cs {
+		if !c.Running || c.Health == "" {
 			continue
 		}
-		name := strings.TrimPrefix(r.Name, "/")
 		switch {
-		case h.Status != "healthy":
-			waiting = append(waiting, name+" "+h.Status)
-		case len(h.Log) == 0 || h.Log[len(h.Log)-1].Start.Before(since):
-			waiting = append(waiting, name+" (no check since)")
-		case h.Log[len(h.Log)-1].ExitCode != 0:
-			waiting = append(waiting, name+" (last check failed)")
+		case c.Health != "healthy":
+			waiting = append(waiting, c.Name+" "+c.Health)
+		case c.LastCheck.Before(since):
+			waiting = append(waiting, c.Name+" (no check since)")
+		case !c.LastCheckPassed:
+			waiting = append(waiting, c.Name+" (last check failed)")
 		}
 	}
 	return waiting, nil
