@@ -207,11 +207,11 @@ type Container struct {
 	// The latest healthcheck: when it began and whether it passed.
 	LastCheck       time.Time
 	LastCheckPassed bool
-	User                      string // the configured user
-	Pid                       int
-	Running                   bool
-	StartedAt                 time.Time
-	IPs                       map[string]string // network name → address
+	User            string // the configured user
+	Pid             int
+	Running         bool
+	StartedAt       time.Time
+	IPs             map[string]string // network name → address
 }
 
 // Containers lists the project's containers (also stopped ones) of the
