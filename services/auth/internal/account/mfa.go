@@ -545,17 +545,8 @@ func (s *Service) SignInMFA(ctx context.Context, challenge, code string, c Clien
 	if err != nil {
 		restore()
 		if errors.Is(err, ErrInvalidCode) {
-			for _, k := range keys {
-				rule := s.cfg.Account
-				if k != acct {
-					rule = s.cfg.Address
-				}
-				if rule.Max <= 0 {
-					continue
-				}
-				if ferr := s.throttle.Fail(ctx, k, rule, s.now()); ferr != nil {
-					return "", Session{}, u, "", ferr
-				}
+			if ferr := s.countSignInFailure(ctx, keys, acct); ferr != nil {
+				return "", Session{}, u, "", ferr
 			}
 		}
 		return "", Session{}, u, "", err

@@ -226,17 +226,8 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 		return "", Session{}, User{}, err
 	}
 	if !ok {
-		for _, k := range keys {
-			rule := s.cfg.Account
-			if k != acct {
-				rule = s.cfg.Address
-			}
-			if rule.Max <= 0 {
-				continue
-			}
-			if err := s.throttle.Fail(ctx, k, rule, s.now()); err != nil {
-				return "", Session{}, User{}, err
-			}
+		if err := s.countSignInFailure(ctx, keys, acct); err != nil {
+			return "", Session{}, User{}, err
 		}
 		return "", Session{}, User{}, ErrInvalidCredentials
 	}
@@ -267,6 +258,26 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 	}
 	secret, sess, err := s.newSession(ctx, u.ID, in.Client)
 	return secret, sess, u, err
+}
+
+// countSignInFailure counts a failed sign-in (a wrong password, a wrong
+// second-factor code) against each throttle key: the account's rule for the
+// account key acct, the address rule for the others; a rule with Max <= 0 is
+// off.
+func (s *Service) countSignInFailure(ctx context.Context, keys []string, acct string) error {
+	for _, k := range keys {
+		rule := s.cfg.Account
+		if k != acct {
+			rule = s.cfg.Address
+		}
+		if rule.Max <= 0 {
+			continue
+		}
+		if err := s.throttle.Fail(ctx, k, rule, s.now()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkThrottle returns ThrottledError if any key is locked, else the keys
