@@ -2,7 +2,6 @@ package mongostore
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/acme/platform/services/auth/internal/account"
@@ -59,15 +58,7 @@ func (s *APIKeys) Create(ctx context.Context, k account.APIKey) (account.APIKey,
 }
 
 func (s *APIKeys) one(ctx context.Context, filter bson.D) (account.APIKey, error) {
-	var d apiKeyDoc
-	err := s.c.FindOne(ctx, filter).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return account.APIKey{}, account.ErrAPIKeyNotFound
-	}
-	if err != nil {
-		return account.APIKey{}, err
-	}
-	return fromAPIKeyDoc(d), nil
+	return decodeOne(s.c.FindOne(ctx, filter), account.ErrAPIKeyNotFound, fromAPIKeyDoc)
 }
 
 // ByHash implements account.APIKeyStore.

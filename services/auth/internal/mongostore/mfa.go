@@ -2,7 +2,6 @@ package mongostore
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/acme/platform/pkg/mongox"
@@ -42,15 +41,9 @@ func (s *Factors) Begin(ctx context.Context, f account.Factor) error {
 
 // Get implements account.FactorStore.
 func (s *Factors) Get(ctx context.Context, userID string) (account.Factor, error) {
-	var d factorDoc
-	err := s.c.FindOne(ctx, bson.D{{Key: "_id", Value: userID}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return account.Factor{}, account.ErrFactorNotFound
-	}
-	if err != nil {
-		return account.Factor{}, err
-	}
-	return account.Factor{UserID: d.UserID, Secret: d.Secret, Confirmed: d.Confirmed, Recovery: d.Recovery, LastStep: d.LastStep, CreatedAt: d.CreatedAt.UTC()}, nil
+	return decodeOne(s.c.FindOne(ctx, bson.D{{Key: "_id", Value: userID}}), account.ErrFactorNotFound, func(d factorDoc) account.Factor {
+		return account.Factor{UserID: d.UserID, Secret: d.Secret, Confirmed: d.Confirmed, Recovery: d.Recovery, LastStep: d.LastStep, CreatedAt: d.CreatedAt.UTC()}
+	})
 }
 
 // Confirm implements account.FactorStore.

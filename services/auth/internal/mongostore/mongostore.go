@@ -104,16 +104,24 @@ func (s *Users) Create(ctx context.Context, u account.User) (account.User, error
 	return fromUserDoc(d), nil
 }
 
-func (s *Users) findOne(ctx context.Context, filter bson.D) (account.User, error) {
-	var d userDoc
-	err := s.c.FindOne(ctx, filter).Decode(&d)
+// decodeOne decodes the document of r (a FindOne, a FindOneAndDelete) into
+// a D and converts it; notFound when there was none.
+func decodeOne[D, T any](r *mongo.SingleResult, notFound error, conv func(D) T) (T, error) {
+	var d D
+	err := r.Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return account.User{}, account.ErrUserNotFound
+		var zero T
+		return zero, notFound
 	}
 	if err != nil {
-		return account.User{}, err
+		var zero T
+		return zero, err
 	}
-	return fromUserDoc(d), nil
+	return conv(d), nil
+}
+
+func (s *Users) findOne(ctx context.Context, filter bson.D) (account.User, error) {
+	return decodeOne(s.c.FindOne(ctx, filter), account.ErrUserNotFound, fromUserDoc)
 }
 
 // ByID implements account.UserStore.

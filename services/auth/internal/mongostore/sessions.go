@@ -2,7 +2,6 @@ package mongostore
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/acme/platform/services/auth/internal/account"
@@ -46,15 +45,7 @@ func (s *Sessions) Create(ctx context.Context, sess account.Session) error {
 }
 
 func (s *Sessions) findOne(ctx context.Context, filter bson.D) (account.Session, error) {
-	var d sessionDoc
-	err := s.c.FindOne(ctx, filter).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return account.Session{}, account.ErrSessionNotFound
-	}
-	if err != nil {
-		return account.Session{}, err
-	}
-	return fromSessionDoc(d), nil
+	return decodeOne(s.c.FindOne(ctx, filter), account.ErrSessionNotFound, fromSessionDoc)
 }
 
 // ByID implements account.SessionStore.
