@@ -5,6 +5,7 @@ package doccheck
 
 import (
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -187,24 +188,36 @@ var (
 	codeSpan   = regexp.MustCompile("`+[^`]*`+")
 )
 
+// proseLines yields the lines of a Markdown document (index from 0) that
+// are outside fenced code blocks (``` or ~~~).
+func proseLines(doc string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		fence := ""
+		for i, line := range strings.Split(doc, "\n") {
+			trim := strings.TrimLeft(line, " ")
+			if fence != "" {
+				if strings.HasPrefix(trim, fence) {
+					fence = ""
+				}
+				continue
+			}
+			if strings.HasPrefix(trim, "```") || strings.HasPrefix(trim, "~~~") {
+				fence = trim[:3]
+				continue
+			}
+			if !yield(i, line) {
+				return
+			}
+		}
+	}
+}
+
 // Links returns the link targets of a Markdown document, outside fenced code
 // blocks and code spans: inline links and images, reference definitions and
 // HTML href/src attributes.
 func Links(doc string) []Link {
 	var out []Link
-	fence := ""
-	for i, line := range strings.Split(doc, "\n") {
-		trim := strings.TrimLeft(line, " ")
-		if fence != "" {
-			if strings.HasPrefix(trim, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trim, "```") || strings.HasPrefix(trim, "~~~") {
-			fence = trim[:3]
-			continue
-		}
+	for i, line := range proseLines(doc) {
 		text := codeSpan.ReplaceAllString(line, "")
 		for _, m := range inlineLink.FindAllStringSubmatch(text, -1) {
 			out = append(out, Link{Line: i + 1, Target: strings.Trim(m[1], "<>")})
@@ -231,19 +244,7 @@ var (
 func Anchors(doc string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for _, line := range strings.Split(doc, "\n") {
-		trim := strings.TrimLeft(line, " ")
-		if fence != "" {
-			if strings.HasPrefix(trim, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trim, "```") || strings.HasPrefix(trim, "~~~") {
-			fence = trim[:3]
-			continue
-		}
+	for _, line := range proseLines(doc) {
 		for _, m := range htmlAnchor.FindAllStringSubmatch(line, -1) {
 			out[strings.ToLower(m[1])] = true
 		}
