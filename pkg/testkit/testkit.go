@@ -14,7 +14,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -308,4 +310,25 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// CutReader yields r's bytes and then fails after n of them, as a
+// connection breaking mid-upload.
+func CutReader(r io.Reader, n int64) io.Reader { return &cutReader{r: r, n: n} }
+
+type cutReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *cutReader) Read(p []byte) (int, error) {
+	if c.n <= 0 {
+		return 0, errors.New("connection cut")
+	}
+	if int64(len(p)) > c.n {
+		p = p[:c.n]
+	}
+	n, err := c.r.Read(p)
+	c.n -= int64(n)
+	return n, err
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/scripts/stack"
 )
 
@@ -102,24 +102,6 @@ func patchHeaders(off int64) map[string]string {
 	return map[string]string{"Content-Type": "application/offset+octet-stream", "Upload-Offset": strconv.FormatInt(off, 10)}
 }
 
-// breakAfter yields r's bytes, then fails after n: a connection cut.
-type breakAfter struct {
-	r io.Reader
-	n int64
-}
-
-func (b *breakAfter) Read(p []byte) (int, error) {
-	if b.n <= 0 {
-		return 0, errors.New("connection cut")
-	}
-	if int64(len(p)) > b.n {
-		p = p[:b.n]
-	}
-	n, err := b.r.Read(p)
-	b.n -= int64(n)
-	return n, err
-}
-
 func tusSource() io.Reader { return io.LimitReader(rand.NewChaCha8([32]byte{18}), tusSize) }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
@@ -134,7 +116,7 @@ func TestTusThroughGateway(t *testing.T) {
 	admin := signIn(t, p.GatewayURL, sec.AdminEmail, sec.AdminPassword)
 
 	path := admin.tusCreate(tusSize, "filename "+b64("big.bin")+",meta "+b64("resumed"))
-	if _, err := admin.tusReq("PATCH", path, patchHeaders(0), &breakAfter{r: tusSource(), n: tusSize / 2}, tusSize); err == nil {
+	if _, err := admin.tusReq("PATCH", path, patchHeaders(0), testkit.CutReader(tusSource(), tusSize/2), tusSize); err == nil {
 		t.Fatal("the cut PATCH succeeded")
 	}
 	off := admin.tusOffset(path)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/testkit"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -70,25 +70,6 @@ func (h *harness) tusPatch(t *testing.T, token, path string, offset int64, body 
 	return &response{Response: resp, body: b}
 }
 
-// cutReader yields r's bytes and then fails after n of them, as a
-// connection breaking mid-upload.
-type cutReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *cutReader) Read(p []byte) (int, error) {
-	if c.n <= 0 {
-		return 0, errors.New("connection cut")
-	}
-	if int64(len(p)) > c.n {
-		p = p[:c.n]
-	}
-	n, err := c.r.Read(p)
-	c.n -= int64(n)
-	return n, err
-}
-
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 // A large upload is cut at about half, resumed from the offset the server
@@ -101,7 +82,7 @@ func TestTusResume(t *testing.T) {
 	path := h.tusCreate(t, tok, tusTestSize, "filename "+b64("big.bin")+",meta "+b64("resumed"))
 
 	stop := heapPeak(50 * time.Millisecond)
-	r := h.tusPatch(t, tok, path, 0, &cutReader{r: &pattern{n: tusTestSize}, n: tusTestSize / 2}, tusTestSize)
+	r := h.tusPatch(t, tok, path, 0, testkit.CutReader(&pattern{n: tusTestSize}, tusTestSize/2), tusTestSize)
 	if r.StatusCode == http.StatusNoContent {
 		t.Fatal("the cut PATCH succeeded")
 	}
