@@ -2,13 +2,16 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // CachedBinary returns bin, building it first if it is not there: under an
@@ -100,4 +103,34 @@ func (p Pinned) Binary(ctx context.Context, progress io.Writer) (string, error) 
 		}
 		return GoInstall(ctx, p.Package, p.Version, out)
 	})
+}
+
+// errExited and errNotReady are waitReady's failures.
+var (
+	errExited   = errors.New("exited during start-up")
+	errNotReady = errors.New("not ready")
+)
+
+// waitReady polls url every interval until it answers 200 (nil), the child
+// process ends (exited closes: errExited) or within passes (errNotReady).
+func waitReady(url string, exited <-chan struct{}, within, interval time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		select {
+		case <-exited:
+			return errExited
+		default:
+		}
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errNotReady
+		}
+		time.Sleep(interval)
+	}
 }

@@ -107,26 +107,14 @@ func StartMailpit(ctx context.Context, o MailpitOptions) (*Mailpit, error) {
 	}
 	m := &Mailpit{SMTPHost: host, SMTPPort: port, API: "http://" + o.HTTPAddr, cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(m.exited) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case <-m.exited:
-			return nil, errors.New("mailpit exited during start-up (port taken?)")
-		default:
-		}
-		resp, err := http.Get(m.API + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return m, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			m.Stop()
-			return nil, errors.New("mailpit: not ready after 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
+	switch err := waitReady(m.API+"/readyz", m.exited, 30*time.Second, 50*time.Millisecond); {
+	case errors.Is(err, errExited):
+		return nil, errors.New("mailpit exited during start-up (port taken?)")
+	case err != nil:
+		m.Stop()
+		return nil, errors.New("mailpit: not ready after 30s")
 	}
+	return m, nil
 }
 
 func splitHostPort(addr string) (string, int, error) {

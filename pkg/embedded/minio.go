@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,26 +87,14 @@ func StartMinIO(ctx context.Context, o MinIOOptions) (*MinIO, error) {
 	}
 	m := &MinIO{Endpoint: o.Addr, AccessKey: o.AccessKey, SecretKey: o.SecretKey, cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(m.exited) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-m.exited:
-			return nil, errors.New("minio exited during start-up (port taken or data dir unusable?)")
-		default:
-		}
-		resp, err := http.Get("http://" + o.Addr + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return m, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			m.Stop()
-			return nil, fmt.Errorf("minio: not ready after 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	switch err := waitReady("http://"+o.Addr+"/minio/health/ready", m.exited, 60*time.Second, 100*time.Millisecond); {
+	case errors.Is(err, errExited):
+		return nil, errors.New("minio exited during start-up (port taken or data dir unusable?)")
+	case err != nil:
+		m.Stop()
+		return nil, fmt.Errorf("minio: not ready after 60s")
 	}
+	return m, nil
 }
 
 // Stop terminates the server (SIGTERM, then SIGKILL after 10 s).
