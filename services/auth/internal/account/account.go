@@ -49,6 +49,9 @@ type Session struct {
 	ExpiresAt  time.Time // absolute expiry
 	UserAgent  string
 	IP         string
+	// TwoFactor: the session was opened with two factors (a password and
+	// a TOTP or recovery code, or a passkey with user verification).
+	TwoFactor bool
 }
 
 // UserPatch lists the fields to change; nil means unchanged. An empty string

@@ -191,6 +191,11 @@ func (s *Service) DeleteUser(ctx context.Context, actorID, id string) error {
 		ended = append(ended, keys...)
 	}
 	s.revoke(ctx, Revocation{Sessions: ended, Users: []string{u.ID}})
+	if s.passkeys != nil {
+		if _, err := s.passkeys.store.DeleteByUser(ctx, u.ID); err != nil {
+			s.log.WarnContext(ctx, "delete the user's passkeys", "user", u.ID, "err", err)
+		}
+	}
 	if s.mfa != nil {
 		if err := s.mfa.factors.Delete(ctx, u.ID); err != nil {
 			s.log.WarnContext(ctx, "delete the user's second factor", "user", u.ID, "err", err)

@@ -26,6 +26,11 @@ const (
 	EventMFADisabled        = "mfa.disabled"
 	EventMFAReset           = "mfa.reset"
 	EventMFAFailed          = "mfa.failed"
+	EventPasskeyAdded       = "passkey.added"
+	EventPasskeyRemoved     = "passkey.removed"
+	EventPasskeyFailed      = "passkey.failed"
+	// EventPasskeyCloneWarning: a passkey's sign count did not advance.
+	EventPasskeyCloneWarning = "passkey.clone_warning"
 )
 
 // Event is one security event. Actor and Target are user ids (Actor empty

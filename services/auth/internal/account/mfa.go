@@ -133,11 +133,12 @@ func (s *Service) SetMFA(factors FactorStore, tokens TokenStore, cfg MFAConfig) 
 // MFAOn reports whether the second factor is available.
 func (s *Service) MFAOn() bool { return s.mfa != nil }
 
-// EffectiveRole is the role a user acts with: an administrator without a
-// second factor is a plain user while the platform requires MFA of
-// administrators.
-func (s *Service) EffectiveRole(u User) string {
-	if u.Role == RoleAdmin && s.AdminNeedsMFA(u) {
+// EffectiveRole is the role a user acts with: while the platform requires
+// MFA of administrators, an administrator acts as a plain user unless they
+// have a TOTP factor (every sign-in asks for a code) or the session was
+// opened with two factors (twoFactor: a passkey sign-in).
+func (s *Service) EffectiveRole(u User, twoFactor bool) string {
+	if u.Role == RoleAdmin && s.AdminNeedsMFA(u) && !twoFactor {
 		return RoleUser
 	}
 	return u.Role
@@ -281,7 +282,8 @@ type TOTPEnrolment struct {
 type MFAStatus struct {
 	Enabled           bool
 	RecoveryCodesLeft int
-	Required          bool // an administrator who must enrol
+	Passkeys          int  // registered passkeys
+	Required          bool // an administrator who must enrol (TOTP or a passkey)
 }
 
 // MFAStatus returns the caller's second factor state.
@@ -303,6 +305,14 @@ func (s *Service) MFAStatus(ctx context.Context, userID string) (MFAStatus, erro
 			return MFAStatus{}, err
 		}
 		st.RecoveryCodesLeft = len(f.Recovery)
+	}
+	if s.passkeys != nil {
+		list, err := s.passkeys.store.ListByUser(ctx, userID)
+		if err != nil {
+			return MFAStatus{}, err
+		}
+		st.Passkeys = len(list)
+		st.Required = st.Required && st.Passkeys == 0
 	}
 	return st, nil
 }
@@ -447,8 +457,9 @@ func (s *Service) DisableTOTP(ctx context.Context, c Caller, pw, code string) er
 	return s.dropFactor(ctx, u, Event{Type: EventMFADisabled, Actor: u.ID, Client: c.Client})
 }
 
-// ResetMFA removes userID's factor (an administrator's act, audited): the
-// user signs in with the password alone and may enrol again.
+// ResetMFA removes userID's TOTP factor and passkeys (an administrator's
+// act, audited): the user signs in with the password alone and may enrol
+// again.
 func (s *Service) ResetMFA(ctx context.Context, actor Caller, userID string) error {
 	if s.mfa == nil {
 		return ErrMFADisabled
@@ -457,7 +468,14 @@ func (s *Service) ResetMFA(ctx context.Context, actor Caller, userID string) err
 	if err != nil {
 		return err
 	}
-	return s.dropFactor(ctx, u, Event{Type: EventMFAReset, Actor: actor.UserID, Client: actor.Client, Detail: map[string]any{"hadFactor": u.MFAEnabled}})
+	var removed int64
+	if s.passkeys != nil {
+		if removed, err = s.passkeys.store.DeleteByUser(ctx, u.ID); err != nil {
+			return err
+		}
+	}
+	return s.dropFactor(ctx, u, Event{Type: EventMFAReset, Actor: actor.UserID, Client: actor.Client,
+		Detail: map[string]any{"hadFactor": u.MFAEnabled, "passkeysRemoved": removed}})
 }
 
 // dropFactor clears the user's flag first (sign-in stops asking for a
@@ -554,6 +572,6 @@ func (s *Service) SignInMFA(ctx context.Context, challenge, code string, c Clien
 	if err := s.throttle.Reset(ctx, acct); err != nil {
 		s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
 	}
-	secret, sess, err := s.newSession(ctx, u.ID, c)
+	secret, sess, err := s.newSession(ctx, u.ID, c, true)
 	return secret, sess, u, kind, err
 }

@@ -30,12 +30,13 @@ type Service struct {
 	throttle   ThrottleStore
 	hasher     *password.Hasher
 	pub        Publisher
-	cache      UserCache   // nil: every read goes to the store
-	mail       *mailState  // nil: mail is off
-	events     EventSink   // nil: events are not recorded
-	keys       APIKeyStore // nil: API keys are off
-	mfa        *mfaState   // nil: no second factor
-	userEvents UserEvents  // nil: deletions are not announced
+	cache      UserCache     // nil: every read goes to the store
+	mail       *mailState    // nil: mail is off
+	events     EventSink     // nil: events are not recorded
+	keys       APIKeyStore   // nil: API keys are off
+	mfa        *mfaState     // nil: no second factor
+	passkeys   *passkeyState // nil: no passkeys
+	userEvents UserEvents    // nil: deletions are not announced
 	cfg        Config
 	log        *slog.Logger
 	now        func() time.Time
@@ -143,7 +144,8 @@ func randomBytes(n int) []byte {
 }
 
 // newSession creates and stores a session; it returns the secret for the cookie.
-func (s *Service) newSession(ctx context.Context, userID string, c Client) (string, Session, error) {
+// twoFactor marks a session opened with two factors (AUTH_MFA_REQUIRE_ADMIN).
+func (s *Service) newSession(ctx context.Context, userID string, c Client, twoFactor bool) (string, Session, error) {
 	secret := base64.RawURLEncoding.EncodeToString(randomBytes(32))
 	t := s.now()
 	sess := Session{
@@ -155,6 +157,7 @@ func (s *Service) newSession(ctx context.Context, userID string, c Client) (stri
 		ExpiresAt:  t.Add(s.cfg.SessionTTL),
 		UserAgent:  clip(c.UserAgent, maxUA),
 		IP:         clip(c.IP, maxIP),
+		TwoFactor:  twoFactor,
 	}
 	if err := s.sessions.Create(ctx, sess); err != nil {
 		return "", Session{}, err
@@ -256,7 +259,7 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 			s.log.WarnContext(ctx, "store re-hashed password", "user", u.ID, "err", err)
 		}
 	}
-	secret, sess, err := s.newSession(ctx, u.ID, in.Client)
+	secret, sess, err := s.newSession(ctx, u.ID, in.Client, false)
 	return secret, sess, u, err
 }
 
@@ -472,7 +475,7 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 			s.revoke(ctx, rev)
 			return User{}, nil, err
 		}
-		secret, sess, err := s.newSession(ctx, u.ID, c.Client)
+		secret, sess, err := s.newSession(ctx, u.ID, c.Client, false)
 		if err != nil {
 			s.revoke(ctx, rev)
 			return User{}, nil, err
@@ -600,9 +603,18 @@ func (s *Service) Sweep(ctx context.Context) error {
 	if err := s.sweepTokens(ctx); err != nil {
 		return err
 	}
-	if s.mfa != nil && s.mail == nil { // with mail on, sweepTokens swept the same store
-		if err := s.mfa.tokens.DeleteExpired(ctx, t); err != nil {
-			return err
+	if s.mail == nil { // with mail on, sweepTokens swept the same store
+		var tokens TokenStore
+		switch {
+		case s.mfa != nil:
+			tokens = s.mfa.tokens
+		case s.passkeys != nil:
+			tokens = s.passkeys.tokens
+		}
+		if tokens != nil {
+			if err := tokens.DeleteExpired(ctx, t); err != nil {
+				return err
+			}
 		}
 	}
 	if n > 0 {

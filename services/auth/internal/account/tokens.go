@@ -30,6 +30,9 @@ type Token struct {
 	Email     string
 	CreatedAt time.Time
 	ExpiresAt time.Time
+	// Data is what the purpose keeps with the token (a WebAuthn
+	// ceremony's session data); nil for links.
+	Data []byte
 }
 
 // TokenStore keeps one-time tokens.

@@ -69,6 +69,7 @@ type Config struct {
 	SMTP            mailer.Config // SMTP.Host empty: mail is off
 	Mail            account.MailConfig
 	MFA             account.MFAConfig
+	Passkeys        account.PasskeyConfig // RPID empty: passkeys are off
 }
 
 // LoadConfig reads the configuration; see docs/auth.md for the table.
@@ -149,6 +150,13 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ChallengeTTL: r.Duration("MFA_CHALLENGE_TTL", 5*time.Minute),
 		RequireAdmin: r.Bool("MFA_REQUIRE_ADMIN", false),
 	}
+	c.Passkeys = account.PasskeyConfig{
+		RPID:        r.String("WEBAUTHN_RP_ID", "localhost"),
+		RPName:      r.String("WEBAUTHN_RP_NAME", c.MFA.Issuer),
+		Origins:     r.List("WEBAUTHN_ORIGINS", "http://localhost:8080"),
+		CeremonyTTL: r.Duration("WEBAUTHN_TIMEOUT", 5*time.Minute),
+		MaxPerUser:  r.Int("WEBAUTHN_MAX_PASSKEYS", 20),
+	}
 	if k := r.Secret("MFA_KEY", ""); k != "" {
 		c.MFA.Key = []byte(k)
 	}
@@ -214,6 +222,16 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.MFA.Key != nil && len(c.MFA.Key) < 32 {
 		problems = append(problems, "AUTH_MFA_KEY must be at least 32 characters (random; it seals TOTP secrets)")
+	}
+	if c.Passkeys.RPID == "off" {
+		c.Passkeys.RPID = ""
+	} else {
+		if err := account.ValidatePasskeyConfig(c.Passkeys); err != nil {
+			problems = append(problems, "AUTH_WEBAUTHN_RP_ID and AUTH_WEBAUTHN_ORIGINS: "+err.Error())
+		}
+		if c.Passkeys.CeremonyTTL <= 0 || c.Passkeys.MaxPerUser < 1 {
+			problems = append(problems, "AUTH_WEBAUTHN_TIMEOUT must be positive and AUTH_WEBAUTHN_MAX_PASSKEYS at least 1")
+		}
 	}
 	if len(problems) > 0 {
 		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
@@ -313,6 +331,13 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	svc.SetAPIKeys(mongostore.NewAPIKeys(db))
 	if err := svc.SetMFA(mongostore.NewFactors(db), mongostore.NewTokens(db), cfg.MFA); err != nil {
 		return err
+	}
+	if cfg.Passkeys.RPID != "" {
+		if err := svc.SetPasskeys(mongostore.NewPasskeys(db), mongostore.NewTokens(db), cfg.Passkeys); err != nil {
+			return err
+		}
+	} else {
+		log.Info("passkeys are off (AUTH_WEBAUTHN_RP_ID=off)")
 	}
 	if cfg.MFA.Key == nil {
 		log.Warn("AUTH_MFA_KEY is not set: TOTP secrets are stored unsealed (a database dump reveals them)")

@@ -121,7 +121,7 @@ func (a *API) serviceAPIKey(c *fiber.Ctx) error {
 		return apiError(c, err)
 	}
 	uj := toUserJSON(u)
-	uj.RoleName = a.svc.EffectiveRole(u) // as for sessions (AUTH_MFA_REQUIRE_ADMIN)
+	uj.RoleName = a.svc.EffectiveRole(u, false) // as for sessions (AUTH_MFA_REQUIRE_ADMIN)
 	return c.JSON(fiber.Map{
 		"message": "api key retrieved",
 		"user":    uj,

@@ -87,7 +87,7 @@ func (a *API) serviceMe(c *fiber.Ctx) error {
 	uj := toUserJSON(u)
 	// An administrator who must enrol a second factor acts as a user
 	// until they do (AUTH_MFA_REQUIRE_ADMIN).
-	uj.RoleName = a.svc.EffectiveRole(u)
+	uj.RoleName = a.svc.EffectiveRole(u, sess.TwoFactor)
 	return c.JSON(fiber.Map{
 		"message": "user retrieved",
 		"user":    uj,
@@ -102,7 +102,9 @@ func (a *API) me(c *fiber.Ctx) error {
 		return apiError(c, err)
 	}
 	uj := toUserJSON(u)
-	uj.RoleName = a.svc.EffectiveRole(u) // as /ms/me tells the gateways
+	// As /ms/me told the gateway, whose token carries the answer (it knows
+	// how the session was opened).
+	uj.RoleName = a.svc.EffectiveRole(u, web.Identity(c).Role == account.RoleAdmin)
 	return c.JSON(fiber.Map{"message": "user retrieved", "user": uj})
 }
 

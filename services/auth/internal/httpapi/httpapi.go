@@ -91,6 +91,12 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 	app.Post("/me/mfa/totp/confirm", web.RequireUser, a.confirmTOTP)
 	app.Post("/me/mfa/totp/disable", web.RequireUser, a.disableTOTP)
 	app.Delete("/users/:id/mfa", web.RequireAdmin, a.resetMFA)
+	app.Post("/signin/passkey/begin", a.beginPasskeySignIn)
+	app.Post("/signin/passkey/finish", a.finishPasskeySignIn)
+	app.Get("/me/passkeys", web.RequireUser, a.listPasskeys)
+	app.Post("/me/passkeys/begin", web.RequireUser, a.beginPasskeyRegistration)
+	app.Post("/me/passkeys/finish", web.RequireUser, a.finishPasskeyRegistration)
+	app.Delete("/me/passkeys/:id", web.RequireUser, a.removePasskey)
 	app.Delete("/signout", web.RequireUser, a.signOut)
 	app.Get("/me", web.RequireUser, a.me)
 	app.Patch("/me", web.RequireUser, a.patchMe)
@@ -234,6 +240,11 @@ var (
 	errInvalidCode        = web.Errorf(http.StatusForbidden, "invalid_code", "the code is wrong or was already used")
 	errInvalidChallenge   = web.Errorf(http.StatusUnauthorized, "invalid_challenge", "the challenge is unknown, expired or was already used: sign in again")
 	errMFADisabled        = web.Errorf(http.StatusServiceUnavailable, "mfa_disabled", "second factors are not available on this platform")
+	errPasskeysDisabled   = web.Errorf(http.StatusServiceUnavailable, "passkeys_disabled", "passkeys are not available on this platform")
+	errPasskeyNotFound    = web.Errorf(http.StatusNotFound, "passkey_not_found", "no passkey of yours with this id")
+	errPasskeyExists      = web.Errorf(http.StatusConflict, "passkey_exists", "this passkey is already registered")
+	errInvalidCeremony    = web.Errorf(http.StatusBadRequest, "invalid_ceremony", "the ceremony is unknown, expired or was already used: start again")
+	errTooManyPasskeys    = web.Errorf(http.StatusConflict, "too_many_passkeys", "this account has the most passkeys allowed: remove one first")
 	errTooManyKeys        = web.Errorf(http.StatusConflict, "too_many_api_keys", "this user has the most api keys allowed (100): revoke one first")
 )
 
@@ -242,6 +253,7 @@ var (
 func apiError(c *fiber.Ctx, err error) error {
 	var ve *account.ValidationError
 	var te *account.ThrottledError
+	var pe *account.PasskeyError
 	switch {
 	case err == nil:
 		return nil
@@ -301,6 +313,18 @@ func apiError(c *fiber.Ctx, err error) error {
 		return errInvalidChallenge
 	case errors.Is(err, account.ErrMFADisabled):
 		return errMFADisabled
+	case errors.As(err, &pe):
+		return passkeyError(pe)
+	case errors.Is(err, account.ErrPasskeysDisabled):
+		return errPasskeysDisabled
+	case errors.Is(err, account.ErrPasskeyNotFound):
+		return errPasskeyNotFound
+	case errors.Is(err, account.ErrPasskeyExists):
+		return errPasskeyExists
+	case errors.Is(err, account.ErrInvalidCeremony):
+		return errInvalidCeremony
+	case errors.Is(err, account.ErrTooManyPasskeys):
+		return errTooManyPasskeys
 	case errors.Is(err, account.ErrTooManyKeys):
 		return errTooManyKeys
 	case errors.Is(err, context.DeadlineExceeded):

@@ -60,7 +60,7 @@ func (a *API) mfaStatus(c *fiber.Ctx) error {
 	if err != nil {
 		return apiError(c, err)
 	}
-	return c.JSON(fiber.Map{"totp": st.Enabled, "recoveryCodesLeft": st.RecoveryCodesLeft, "required": st.Required})
+	return c.JSON(fiber.Map{"totp": st.Enabled, "recoveryCodesLeft": st.RecoveryCodesLeft, "passkeys": st.Passkeys, "required": st.Required})
 }
 
 // POST /me/mfa/totp: starts (or restarts) an enrolment.
@@ -128,5 +128,5 @@ func (a *API) resetMFA(c *fiber.Ctx) error {
 	if err := a.svc.ResetMFA(c.UserContext(), caller(c), strings.Clone(c.Params("id"))); err != nil {
 		return apiError(c, err)
 	}
-	return c.JSON(fiber.Map{"message": "second factor reset"})
+	return c.JSON(fiber.Map{"message": "second factors reset: TOTP and passkeys removed"})
 }

@@ -40,6 +40,9 @@ func EnsureIndexes(ctx context.Context, db *mongo.Database) error {
 			{Keys: bson.D{{Key: "hash", Value: 1}}, Options: options.Index().SetUnique(true).SetName("hash_unique")},
 			{Keys: bson.D{{Key: "userId", Value: 1}}, Options: options.Index().SetName("userId")},
 		},
+		PasskeysCollection: {
+			{Keys: bson.D{{Key: "userId", Value: 1}, {Key: "createdAt", Value: 1}}, Options: options.Index().SetName("userId_createdAt")},
+		},
 		TokensCollection: {
 			{Keys: bson.D{{Key: "userId", Value: 1}, {Key: "purpose", Value: 1}}, Options: options.Index().SetName("userId_purpose")},
 			{Keys: bson.D{{Key: "expiresAt", Value: 1}}, Options: options.Index().SetName("expiresAt")},

@@ -28,6 +28,7 @@ type sessionDoc struct {
 	ExpiresAt  time.Time `bson:"expiresAt"`
 	UserAgent  string    `bson:"userAgent"`
 	IP         string    `bson:"ip"`
+	TwoFactor  bool      `bson:"twoFactor,omitempty"`
 }
 
 func toSessionDoc(s account.Session) sessionDoc { return sessionDoc(s) }
