@@ -28,7 +28,7 @@ export function mfaSection() {
   function disabledView(st) {
     return [
       h('p', {}, st.required
-        ? 'Administrators must use two-step sign-in: until you set it up you act as a plain user.'
+        ? 'Administrators must use two-step sign-in or a passkey: until you set one up (and sign in with it) you act as a plain user.'
         : 'Off. With it on, signing in asks for a code from an authenticator app after your password.'),
       h('button', { type: 'button', onclick: start }, 'Set up two-step sign-in'),
     ];

@@ -2,6 +2,7 @@ import { api, upload } from './api.js';
 import { h, field, errorBox, say, fmtDate } from './dom.js';
 import { apiKeysSection } from './apikeys.js';
 import { mfaSection } from './mfa.js';
+import { passkeysSection } from './passkeys.js';
 
 const editable = ['fullName', 'email', 'sector', 'avatarUrl'];
 const messages = {
@@ -141,6 +142,6 @@ export async function profilePage(main, state) {
     catch (e) { serr.show(e.message); }
   }
 
-  main.append(form, avatarForm, pform, mfaSection(), sessions, apiKeysSection());
+  main.append(form, avatarForm, pform, mfaSection(), passkeysSection(), sessions, apiKeysSection());
   loadSessions();
 }

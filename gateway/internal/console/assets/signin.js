@@ -1,6 +1,7 @@
 import { api } from './api.js';
 import { h, field, errorBox, say } from './dom.js';
 import { go, loadUser } from './app.js';
+import { signInWithPasskey, passkeyMessage, passkeysSupported } from './passkeys.js';
 
 const messages = {
   invalid_credentials: 'The e-mail or the password is wrong.',
@@ -21,6 +22,22 @@ export function signinPage(main) {
     field('Password', 'password', { type: 'password', autocomplete: 'current-password', required: true }),
     button,
     h('p', {}, h('a', { href: '#/forgot' }, 'Forgot your password?')));
+  const pkButton = h('button', { type: 'button', class: 'secondary' }, 'Sign in with a passkey');
+  pkButton.addEventListener('click', async () => {
+    err.show('');
+    if (!passkeysSupported()) return err.show('This browser does not support passkeys.');
+    pkButton.disabled = true;
+    try {
+      await signInWithPasskey();
+      await loadUser();
+      say('Signed in.');
+      go('/profile');
+    } catch (e) {
+      err.show(passkeyMessage(e));
+      pkButton.disabled = false;
+    }
+  });
+  form.append(h('p', { class: 'or' }, 'or'), pkButton);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     err.show('');

@@ -37,8 +37,15 @@ export function usersPage(main, state) {
           try { await api('DELETE', '/users/' + encodeURIComponent(u.id)); await load(); say(`${u.email} deleted.`); }
           catch (e) { err.show(msg(e)); }
         });
+        const reset = h('button', { type: 'button', class: 'small', 'aria-label': 'Reset the second factors of ' + u.email }, 'Reset 2FA');
+        reset.addEventListener('click', async () => {
+          if (!confirm(`Remove the two-step sign-in (TOTP and recovery codes) and every passkey of ${u.email}? They sign in with their password alone until they set them up again.`)) return;
+          try { await api('DELETE', '/users/' + encodeURIComponent(u.id) + '/mfa'); await load(); say(`The second factors of ${u.email} were reset.`); }
+          catch (e) { err.show(msg(e)); }
+        });
         return h('tr', {}, h('td', {}, u.email), h('td', {}, u.fullName), h('td', {}, u.edv),
-          h('td', {}, u.sector || ''), h('td', {}, role), h('td', {}, fmtDate(u.createdAt)), h('td', {}, del));
+          h('td', {}, u.sector || ''), h('td', {}, role), h('td', {}, u.mfaEnabled ? 'on' : 'off'),
+          h('td', {}, fmtDate(u.createdAt)), h('td', { class: 'actions' }, reset, ' ', del));
       }));
       const pages = Math.max(1, Math.ceil(r.total / limit));
       pager.replaceChildren(
@@ -79,7 +86,7 @@ export function usersPage(main, state) {
     h('section', { class: 'card', 'aria-labelledby': 'u-title' },
       h('h1', { id: 'u-title' }, 'Users'), err,
       h('div', { class: 'scroll' }, h('table', {},
-        h('thead', {}, h('tr', {}, ['E-mail', 'Name', 'EDV', 'Sector', 'Role', 'Created', ''].map(t => h('th', { scope: 'col' }, t)))),
+        h('thead', {}, h('tr', {}, ['E-mail', 'Name', 'EDV', 'Sector', 'Role', 'Two-step', 'Created', ''].map(t => h('th', { scope: 'col' }, t)))),
         tbody)), pager),
     form);
   load();
