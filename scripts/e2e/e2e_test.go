@@ -74,7 +74,10 @@ func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.
 		MongoURL: s.MongoURL, MongoDB: s.Database(t), NATSURL: s.NATSURL, SubjectPrefix: s.SubjectPrefix(t),
 		S3Endpoint: s.S3Endpoint, S3Access: s.S3Access, S3Secret: s.S3Secret, S3Bucket: s.Bucket(t),
 	}
-	o.Env, o.Out, o.GatewayAddr = env, logs, "127.0.0.1:0"
+	o.Env, o.Out = env, logs
+	if o.GatewayAddr == "" {
+		o.GatewayAddr = "127.0.0.1:0"
+	}
 	if o.Bins == nil {
 		o.Bins = bins
 	} else {

@@ -177,6 +177,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"POST", "/me/mfa/totp/confirm", "auth", aSession, 400, jsonBody(`{}`)},
 		{"POST", "/me/mfa/totp/disable", "auth", aSession, 400, jsonBody(`{}`)},
 		{"DELETE", "/users/" + unknown + "/mfa", "auth", aAdmin, 404, nil},
+		{"POST", "/signin/passkey/begin", "auth", aPublic, 200, nil},
+		{"POST", "/signin/passkey/finish", "auth", aPublic, 400, jsonBody(`{"ceremony":"x","credential":{}}`)}, // unknown ceremony
+		{"GET", "/me/passkeys", "auth", aSession, 200, nil},
+		{"POST", "/me/passkeys/begin", "auth", aSession, 200, nil},
+		{"POST", "/me/passkeys/finish", "auth", aSession, 400, jsonBody(`{}`)},
+		{"DELETE", "/me/passkeys/" + unknown, "auth", aSession, 404, nil},
 		{"GET", "/users/" + unknown + "/api-keys", "auth", aAdmin, 404, nil},
 		{"POST", "/users/" + unknown + "/api-keys", "auth", aAdmin, 400, jsonBody(`{}`)},
 		{"DELETE", "/users/" + unknown + "/api-keys/" + unknown, "auth", aAdmin, 404, nil},

@@ -425,6 +425,10 @@ func (s *Service) FinishPasskeySignIn(ctx context.Context, ceremony string, resp
 		return fail(u, p, err)
 	}
 	prev := p.Credential.Authenticator.SignCount
+	// The warning is this attempt's: an earlier one stays on the passkey
+	// (CloneWarning, shown in its list) while later sign-ins that advance
+	// the count pass.
+	p.Credential.Authenticator.CloneWarning = false
 	pu := passkeyUser{u: u, creds: []webauthn.Credential{p.Credential}}
 	_, cred, err := s.passkeys.wa.ValidatePasskeyLogin(func(rawID, userHandle []byte) (webauthn.User, error) {
 		if !bytes.Equal(userHandle, pu.WebAuthnID()) {

@@ -57,7 +57,6 @@ func fromPasskeyDoc(d passkeyDoc) (account.Passkey, error) {
 		return account.Passkey{}, err
 	}
 	cred.Authenticator.SignCount = uint32(d.SignCount)
-	cred.Authenticator.CloneWarning = d.CloneWarning
 	p := account.Passkey{ID: d.ID, UserID: d.UserID, Name: d.Name, Credential: cred, CloneWarning: d.CloneWarning, CreatedAt: d.CreatedAt.UTC()}
 	if d.LastUsedAt != nil {
 		p.LastUsedAt = d.LastUsedAt.UTC()
