@@ -23,6 +23,7 @@ var testEnv = map[string]string{
 	"IDENTITY_PRIVATE_KEY":    "test-private-key",
 	"SERVICE_CREDENTIAL":      "test-credential",
 	"ADMIN_PASSWORD":          "test-admin-password",
+	"MFA_KEY":                 "test-mfa-key-of-32-characters-at-least",
 	"MINIO_ROOT_USER":         "test-root",
 	"MINIO_ROOT_PASSWORD":     "test-root-password",
 	"S3_ACCESS_KEY":           "test-access",

@@ -81,6 +81,9 @@ func write(w io.Writer, adminEmail string) error {
 	add("# is not read again once that user exists).")
 	add("ADMIN_EMAIL=%s", adminEmail)
 	add("ADMIN_PASSWORD=%s", stack.Secret(18))
+	add("# Seals the users' TOTP secrets at rest (AES-256-GCM, auth's AUTH_MFA_KEY).")
+	add("# Keep it: with another key the enrolled authenticator apps stop working.")
+	add("MFA_KEY=%s", stack.Secret(32))
 	add("# MongoDB: the root user (created on the first start of an empty volume)")
 	add("# and the services' user, readWrite on the acme database only.")
 	add("MONGO_ROOT_PASSWORD=%s", stack.Secret(24))
@@ -111,6 +114,8 @@ func write(w io.Writer, adminEmail string) error {
 	add("# PUBLIC_BASE_URL=http://localhost:8080   # public address of the gateway, used in download URLs")
 	add("# GATEWAY_PORT=8080")
 	add("# GATEWAY_ALLOWED_ORIGINS=")
+	add("# AUTH_WEBAUTHN_RP_ID=localhost   # passkeys: the domain the console is served from")
+	add("# AUTH_WEBAUTHN_ORIGINS=http://localhost:8080   # passkeys: the console's origins, comma-separated")
 	add("# ACME_VERSION=0.1.0   # tag of the acme/* images")
 	for _, l := range lines {
 		if _, err := fmt.Fprintln(w, l); err != nil {

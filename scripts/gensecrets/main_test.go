@@ -67,6 +67,9 @@ func TestEnvFileServesCompose(t *testing.T) {
 	if env["ADMIN_EMAIL"] != "ops@example.com" || len(env["ADMIN_PASSWORD"]) < 16 {
 		t.Errorf("admin %q / password of %d characters", env["ADMIN_EMAIL"], len(env["ADMIN_PASSWORD"]))
 	}
+	if len(env["MFA_KEY"]) < 32 { // auth's minimum
+		t.Errorf("MFA_KEY of %d characters", len(env["MFA_KEY"]))
+	}
 	if len(env["S3_ACCESS_KEY"]) < 3 || len(env["S3_SECRET_KEY"]) < 8 { // MinIO's minimums
 		t.Error("MinIO keys too short")
 	}
