@@ -71,6 +71,28 @@ type browserRun struct {
 	problems []string // CSP violations and page errors, "step: tab: text"
 }
 
+// browserArtifacts is the start of every browser test: it skips with
+// CONSOLE_BROWSER=skip, fails (not skips) when Chromium is missing (`make
+// test` installs it with scripts/ensure-packages.sh), and returns the
+// screenshots' directory, artifacts/console.
+func browserArtifacts(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("CONSOLE_BROWSER") == "skip" {
+		t.Skip("CONSOLE_BROWSER=skip")
+	}
+	if fi, err := os.Stat(chromiumPath); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("%s is required for the browser tests: run scripts/ensure-packages.sh (make test does), or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
+	}
+	artifacts, err := filepath.Abs(filepath.Join("artifacts", "console"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return artifacts
+}
+
 func startBrowser(ctx context.Context, t *testing.T, artifacts string) *browserRun {
 	t.Helper()
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, chromiumFlags...)

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,19 +14,7 @@ import (
 // secret shown once, then used and revoked), and the administrator's Audit
 // page filtered by event.
 func TestAccountPagesInBrowser(t *testing.T) {
-	if os.Getenv("CONSOLE_BROWSER") == "skip" {
-		t.Skip("CONSOLE_BROWSER=skip")
-	}
-	if fi, err := os.Stat(chromiumPath); err != nil || fi.Mode()&0o111 == 0 {
-		t.Fatalf("%s is required for the browser tests: run scripts/ensure-packages.sh, or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
-	}
-	artifacts, err := filepath.Abs(filepath.Join("artifacts", "console"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	artifacts := browserArtifacts(t)
 	mc, env := mailCatcher(t, nil)
 	p, sec, _ := platform(t, env)
 	base := p.GatewayURL

@@ -45,19 +45,7 @@ import (
 // with scripts/ensure-packages.sh); CONSOLE_BROWSER=skip skips it on
 // purpose.
 func TestConsoleInBrowser(t *testing.T) {
-	if os.Getenv("CONSOLE_BROWSER") == "skip" {
-		t.Skip("CONSOLE_BROWSER=skip")
-	}
-	if fi, err := os.Stat(chromiumPath); err != nil || fi.Mode()&0o111 == 0 {
-		t.Fatalf("%s is required for the browser tests: run scripts/ensure-packages.sh (make test does), or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
-	}
-	artifacts, err := filepath.Abs(filepath.Join("artifacts", "console"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	artifacts := browserArtifacts(t)
 	old, _ := filepath.Glob(filepath.Join(artifacts, "failed-*.png"))
 	for _, f := range old {
 		os.Remove(f)

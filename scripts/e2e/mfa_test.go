@@ -11,8 +11,6 @@ import (
 	"context"
 	"encoding/base64"
 	"image/png"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -245,19 +243,7 @@ func TestMFAChallengeExpiryAndAdminRequirement(t *testing.T) {
 // set-up (the QR code shown, the key read from the page, the code computed
 // from it, the recovery codes listed), then a sign-in through the code step.
 func TestMFAInBrowser(t *testing.T) {
-	if os.Getenv("CONSOLE_BROWSER") == "skip" {
-		t.Skip("CONSOLE_BROWSER=skip")
-	}
-	if fi, err := os.Stat(chromiumPath); err != nil || fi.Mode()&0o111 == 0 {
-		t.Fatalf("%s is required for the browser tests: run scripts/ensure-chromium.sh, or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
-	}
-	artifacts, err := filepath.Abs(filepath.Join("artifacts", "console"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	artifacts := browserArtifacts(t)
 	p, sec, _ := platform(t, nil)
 	base := p.GatewayURL
 	admin := signIn(t, base, sec.AdminEmail, sec.AdminPassword)

@@ -13,8 +13,6 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -275,19 +273,7 @@ func TestPasskeyCeremonies(t *testing.T) {
 // sign in with it. The console is opened as http://localhost:<port> (an IP
 // address cannot be a relying-party id).
 func TestPasskeysInBrowser(t *testing.T) {
-	if os.Getenv("CONSOLE_BROWSER") == "skip" {
-		t.Skip("CONSOLE_BROWSER=skip")
-	}
-	if fi, err := os.Stat(chromiumPath); err != nil || fi.Mode()&0o111 == 0 {
-		t.Fatalf("%s is required for the browser tests: run scripts/ensure-chromium.sh, or set CONSOLE_BROWSER=skip (%v)", chromiumPath, err)
-	}
-	artifacts, err := filepath.Abs(filepath.Join("artifacts", "console"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	artifacts := browserArtifacts(t)
 	addr, err := embedded.FreeAddr()
 	if err != nil {
 		t.Fatal(err)

@@ -55,6 +55,13 @@ func (a *API) signIn(c *fiber.Ctx) error {
 	case errors.Is(err, account.ErrEmailUnverified):
 		ev.Type, ev.TargetEmail = account.EventSignInUnverified, u.Email
 	}
+	return a.signInAnswer(c, ev, err, secret, sess)
+}
+
+// signInAnswer ends every sign-in (password, second factor, passkey): the
+// attempt's event is recorded when it was decided (ev.Type set), then the
+// error, or the session cookie and "session created".
+func (a *API) signInAnswer(c *fiber.Ctx, ev account.Event, err error, secret string, sess account.Session) error {
 	if ev.Type != "" {
 		a.svc.Record(c.UserContext(), ev)
 	}

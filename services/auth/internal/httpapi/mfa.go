@@ -44,14 +44,7 @@ func (a *API) signInMFA(c *fiber.Ctx) error {
 		a.opts.Meter.SignIn(SignInThrottled)
 		ev.Type = account.EventSignInThrottled
 	}
-	if ev.Type != "" {
-		a.svc.Record(c.UserContext(), ev)
-	}
-	if err != nil {
-		return apiError(c, err)
-	}
-	a.setSessionCookie(c, secret, sess)
-	return c.JSON(fiber.Map{"message": "session created"})
+	return a.signInAnswer(c, ev, err, secret, sess)
 }
 
 // GET /me/mfa

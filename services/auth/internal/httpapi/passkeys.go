@@ -71,11 +71,8 @@ func ceremonyBody(c *fiber.Ctx, withName bool) (string, string, []byte, error) {
 // POST /signin/passkey/begin: options for navigator.credentials.get and
 // the ceremony id to finish with.
 func (a *API) beginPasskeySignIn(c *fiber.Ctx) error {
-	if len(c.Body()) > 0 {
-		var none struct{}
-		if err := web.DecodeJSON(c, &none); err != nil {
-			return err
-		}
+	if err := noBody(c); err != nil {
+		return err
 	}
 	pc, err := a.svc.BeginPasskeySignIn(c.UserContext())
 	if err != nil {
@@ -114,14 +111,7 @@ func (a *API) finishPasskeySignIn(c *fiber.Ctx) error {
 	case errors.Is(err, account.ErrEmailUnverified):
 		ev.Type = account.EventSignInUnverified
 	}
-	if ev.Type != "" {
-		a.svc.Record(c.UserContext(), ev)
-	}
-	if err != nil {
-		return apiError(c, err)
-	}
-	a.setSessionCookie(c, secret, sess)
-	return c.JSON(fiber.Map{"message": "session created"})
+	return a.signInAnswer(c, ev, err, secret, sess)
 }
 
 // GET /me/passkeys
@@ -139,11 +129,8 @@ func (a *API) listPasskeys(c *fiber.Ctx) error {
 
 // POST /me/passkeys/begin: options for navigator.credentials.create.
 func (a *API) beginPasskeyRegistration(c *fiber.Ctx) error {
-	if len(c.Body()) > 0 {
-		var none struct{}
-		if err := web.DecodeJSON(c, &none); err != nil {
-			return err
-		}
+	if err := noBody(c); err != nil {
+		return err
 	}
 	pc, err := a.svc.BeginPasskeyRegistration(c.UserContext(), caller(c))
 	if err != nil {
@@ -172,6 +159,15 @@ func (a *API) removePasskey(c *fiber.Ctx) error {
 		return apiError(c, err)
 	}
 	return c.JSON(fiber.Map{"message": "passkey removed"})
+}
+
+// noBody admits an empty body, or an empty JSON object.
+func noBody(c *fiber.Ctx) error {
+	if len(c.Body()) == 0 {
+		return nil
+	}
+	var none struct{}
+	return web.DecodeJSON(c, &none)
 }
 
 // passkeyError renders a refused WebAuthn response.
