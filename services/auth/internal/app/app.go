@@ -252,6 +252,14 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	db := mc.Database(cfg.MongoDB)
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = mongostore.EnsureIndexes(ictx, db)
+	if err == nil {
+		// Users are found by address through their key documents: write
+		// those of users stored without one (mongostore.Users).
+		var n int
+		if n, err = mongostore.NewUsers(db).BackfillEmails(ictx); n > 0 {
+			log.Info("address keys written for existing users", "users", n)
+		}
+	}
 	cancel()
 	if err != nil {
 		return err
