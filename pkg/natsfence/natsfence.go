@@ -237,3 +237,24 @@ func (f *Fence) roundTrip() error {
 	}
 	return nil
 }
+
+// FlushTimeout bounds Publish's wait for the NATS server's confirmation.
+const FlushTimeout = 2 * time.Second
+
+// Publish sends an invalidation on subject and waits until the NATS server
+// has processed it (a flush), so that a Sync begun on any replica after
+// Publish returns applies it. Call it before answering the request that
+// made the change. While NATS is away the message waits in the client's
+// reconnect buffer and Publish returns an error at once rather than hold
+// the request up: the caller logs it, and caches elsewhere fall back on
+// their expiry.
+func Publish(nc *nats.Conn, subject string, data []byte) error {
+	err := nc.Publish(subject, data)
+	if err == nil && !nc.IsConnected() {
+		err = nats.ErrConnectionReconnecting
+	}
+	if err == nil {
+		err = nc.FlushTimeout(FlushTimeout)
+	}
+	return err
+}

@@ -20,21 +20,28 @@ func benchAuth(e *env) error {
 	cpus := runtime.NumCPU()
 	salt := make([]byte, 16)
 	_, _ = rand.Read(salt)
-	bound := load(e.ctx, cpus, e.seconds, func(int) error {
+	hash := func(int) error {
 		argon2.IDKey([]byte("correct horse battery"), salt, 2, 19456, 1, 32)
 		return nil
-	})
-	e.report("auth", "argon2id bound (m=19MiB,t=2,p=1) on all cores", fmt.Sprintf("%.1f hashes/s", bound.rps()), "")
-
+	}
 	gw := e.p.GatewayURL
 	creds := map[string]string{"email": e.sec.AdminEmail, "password": e.sec.AdminPassword}
 	c := httpClient(64)
-	signins := load(e.ctx, 2*cpus, e.seconds, func(int) error {
+	signin := func(int) error {
 		_, _, err := call(c, "POST", gw+"/signin", creds, nil, 200)
 		return err
-	})
+	}
+	// The bound and the sign-ins in three alternating rounds each, the
+	// median rounds compared: on shared cores a load taken at another
+	// moment sees another machine.
+	var bound, signins side
+	for range 3 {
+		bound.rounds = append(bound.rounds, load(e.ctx, cpus, e.seconds/3+time.Second, hash))
+		signins.rounds = append(signins.rounds, load(e.ctx, 2*cpus, e.seconds/3+time.Second, signin))
+	}
+	e.report("auth", "argon2id bound (m=19MiB,t=2,p=1) on all cores", fmt.Sprintf("%.1f hashes/s; rounds %s", bound.median().rps(), bound.rates()), "")
 	e.report("auth", "sign-ins through the gateway", signins.String(), "")
-	e.report("auth", "sign-ins/s ÷ argon2id hashes/s", ratio(signins.rps(), bound.rps()), ">= 0.85")
+	e.report("auth", "sign-ins/s ÷ argon2id hashes/s (median rounds)", ratio(signins.median().rps(), bound.median().rps()), ">= 0.85")
 
 	// One session for /me.
 	_, h, err := call(c, "POST", gw+"/signin", creds, nil, 200)

@@ -152,11 +152,16 @@ func (s *side) median() stats {
 }
 
 func (s *side) String() string {
+	return fmt.Sprintf("%s; rounds %s/s", s.median(), s.rates())
+}
+
+// rates lists the rounds' requests/s.
+func (s *side) rates() string {
 	var l []string
 	for _, r := range s.rounds {
-		l = append(l, fmt.Sprintf("%.0f", r.rps()))
+		l = append(l, fmt.Sprintf("%.1f", r.rps()))
 	}
-	return fmt.Sprintf("%s; rounds %s/s", s.median(), strings.Join(l, ", "))
+	return strings.Join(l, ", ")
 }
 
 // perRequest is the CPU µs per request of each process and their sum.

@@ -270,6 +270,14 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	db := mc.Database(cfg.MongoDB)
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = mongostore.EnsureIndexes(ictx, db)
+	if err == nil {
+		// Users are found by address through their key documents: write
+		// those of users stored without one (mongostore.Users).
+		var n int
+		if n, err = mongostore.NewUsers(db).BackfillEmails(ictx); n > 0 {
+			log.Info("address keys written for existing users", "users", n)
+		}
+	}
 	cancel()
 	if err != nil {
 		return err
@@ -365,6 +373,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// begun after the request arrived (pkg/natsfence), so a change through
 	// any replica is seen by every replica on the next request. Without
 	// NATS the fence fails and the database is read.
+	var userCache *usercache.Cache
 	if cfg.UserCacheTTL > 0 {
 		users := usercache.New(cfg.UserCacheTTL, cfg.UserCacheSize, nil)
 		fence, err := natsfence.New(nc, revocation.Subject(cfg.SubjectPrefix), users.Apply(log), users.Clear, log)
@@ -374,6 +383,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		defer fence.Close()
 		users.SetFence(fence.Sync)
 		svc.SetUserCache(users)
+		userCache = users
 	}
 
 	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -391,6 +401,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	reg := metrics.NewRegistry()
 	meter := newAuthMetrics(reg)
+	if userCache != nil {
+		reg.MustRegister(userCache.Collectors(metrics.Namespace, "auth_user", "users by id")...)
+	}
 	app := web.NewApp(web.Options{Name: "auth", Log: log, BodyLimit: BodyLimit, Metrics: reg, ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout})
 	web.Health(app, map[string]func(context.Context) error{
 		"mongo": func(ctx context.Context) error { return mc.Ping(ctx, nil) },

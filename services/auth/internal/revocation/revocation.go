@@ -10,8 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"time"
 
+	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/services/auth/internal/account"
 	"github.com/nats-io/nats.go"
 )
@@ -47,25 +47,14 @@ func (p *Publisher) Revoked(ctx context.Context, r account.Revocation) {
 		p.log.ErrorContext(ctx, "encode revocation", "err", err)
 		return
 	}
-	// Flush before the request that ended the sessions is answered: the
-	// NATS server has then processed the message, and a gateway fences its
-	// cache with a round trip to the same server (gateway/internal/sessions
-	// Revocations), so every gateway refuses the session from the next
-	// request on.
-	// While NATS is away the message waits in the client's reconnect buffer;
-	// no flush then, so that a sign-out is not held up.
-	err = p.nc.Publish(p.subject, body)
-	if err == nil && !p.nc.IsConnected() {
-		err = nats.ErrConnectionReconnecting
-	}
-	if err == nil {
-		err = p.nc.FlushTimeout(flushTimeout)
-	}
+	// Flushed before the request that ended the sessions is answered: a
+	// gateway fences its cache with a round trip to the same server
+	// (gateway/internal/sessions), so every gateway refuses the session
+	// from the next request on. While NATS is away the message waits in the
+	// client's reconnect buffer, and a sign-out is not held up.
+	err = natsfence.Publish(p.nc, p.subject, body)
 	if err != nil {
 		p.log.WarnContext(ctx, "publish revocation failed; gateways will expire their caches", "err", err,
 			"sessions", len(r.Sessions), "users", len(r.Users))
 	}
 }
-
-// flushTimeout bounds the wait for the NATS server to confirm a revocation.
-const flushTimeout = 2 * time.Second

@@ -19,7 +19,9 @@ import (
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/mongox"
+	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/files/internal/filecache"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/acme/platform/services/files/internal/httpapi"
 	"github.com/acme/platform/services/files/internal/imaging"
@@ -58,6 +60,8 @@ type Config struct {
 	SweepInterval    time.Duration
 	SweepAge         time.Duration
 	ShutdownGrace    time.Duration
+	RecordCacheTTL   time.Duration // 0 disables the record cache
+	RecordCacheSize  int
 }
 
 // LoadConfig reads FILES_* and the shared settings.
@@ -98,6 +102,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		SweepInterval:    r.Duration("SWEEP_INTERVAL", 15*time.Minute),
 		SweepAge:         r.Duration("SWEEP_AGE", time.Hour),
 		ShutdownGrace:    r.Duration("SHUTDOWN_GRACE", 20*time.Second),
+		RecordCacheTTL:   r.Duration("RECORD_CACHE_TTL", 5*time.Minute),
+		RecordCacheSize:  r.Int("RECORD_CACHE_SIZE", 10000),
 	}
 	err := r.Err()
 	var problems []string
@@ -121,6 +127,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.S3.PartSize < 5<<20 || c.S3.UploadThreads < 1 {
 		problems = append(problems, "FILES_S3_PART_SIZE must be at least 5MiB and FILES_S3_UPLOAD_THREADS at least 1")
+	}
+	if c.RecordCacheTTL < 0 || c.RecordCacheSize < 1 {
+		problems = append(problems, "FILES_RECORD_CACHE_TTL must not be negative (0: off) and FILES_RECORD_CACHE_SIZE at least 1")
 	}
 	if len(problems) > 0 {
 		err = errors.Join(err, fmt.Errorf("configuration: %v", problems))
@@ -199,6 +208,23 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 
 	var store files.Store = records
+	var recordCache *filecache.Cache
+	// Records read by downloads, images and retrieves are cached
+	// (FILES_RECORD_CACHE_TTL). Records never change; every replica applies
+	// the deletions any replica announces, and serves a cached record only
+	// after a NATS round trip begun after the request arrived
+	// (pkg/natsfence), so a deleted file is refused on the next request
+	// everywhere. Without NATS the fence fails and the database is read.
+	if cfg.RecordCacheTTL > 0 {
+		recordCache = filecache.NewCache(cfg.RecordCacheTTL, cfg.RecordCacheSize)
+		fence, err := natsfence.New(nc, filecache.Subject(cfg.SubjectPrefix), filecache.Apply(recordCache, log), recordCache.Clear, log)
+		if err != nil {
+			return fmt.Errorf("nats subscribe: %w", err)
+		}
+		defer fence.Close()
+		recordCache.SetFence(fence.Sync)
+		store = filecache.New(store, recordCache, filecache.Publisher(nc, cfg.SubjectPrefix, log))
+	}
 	var objStore files.ObjectStore = objects
 	if hk.store != nil {
 		store = hk.store(store)
@@ -221,6 +247,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	})
 
 	reg := metrics.NewRegistry()
+	if recordCache != nil {
+		reg.MustRegister(recordCache.Collectors(metrics.Namespace, "files_record", "file records by id")...)
+	}
 	app := httpapi.New(httpapi.Options{
 		Metrics:       reg,
 		Meter:         newFilesMetrics(reg),
