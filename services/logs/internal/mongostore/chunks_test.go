@@ -13,6 +13,7 @@ import (
 
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/logs/storetest"
 	"github.com/acme/platform/services/logs/internal/mongostore"
 )
 
@@ -94,7 +95,7 @@ func want(lo, hi int, keep func(k int) bool) []string {
 
 func checkOnce(t *testing.T, st *mongostore.Store, appID string, n int) {
 	t.Helper()
-	ids, err := st.Listed(context.Background(), appID)
+	ids, err := storetest.All(context.Background(), st, appID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,8 +419,11 @@ func TestFilterScanBoundResumes(t *testing.T) {
 // the type chain and the app chain) is completed by the retry of the same
 // records, which lists each record once in every chain; records already
 // complete are not listed again.
+//
+// Relist marks kept where older versions put them (log_heads) are found
+// too: without them the second redelivery would list records again.
 func TestRetryAfterCrashListsOnce(t *testing.T) {
-	for _, crashAt := range []string{"before the chains", "between the chains"} {
+	for _, crashAt := range []string{"before the chains", "between the chains", "between the chains, old relist marks"} {
 		t.Run(crashAt, func(t *testing.T) {
 			st := newStore(t)
 			insert(t, st, recs(0, 100, "log"))
@@ -439,6 +443,11 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 			again := append(slices.Clone(batch), recs(300, 50, "log")...)
 			again = append(again, recs(0, 10, "log")...)
 			insert(t, st, again)
+			if strings.HasSuffix(crashAt, "old relist marks") {
+				if n, err := mongostore.MoveRelistMarksToHeads(context.Background(), st); err != nil || n == 0 {
+					t.Fatalf("moved %d relist marks (%v)", n, err)
+				}
+			}
 			insert(t, st, batch) // a second redelivery changes nothing
 			// nor does one to a replica that has seen none of it
 			insert(t, mongostore.New(st.Database()), batch)
@@ -577,7 +586,7 @@ func TestRetentionOfAnAppNoLongerConfigured(t *testing.T) {
 	// Every chain keeps only its newest chunk: the last batch's 50 records
 	// of each app.
 	for _, a := range apps {
-		got, err := later.Listed(ctx, a.ID)
+		got, err := storetest.All(ctx, later, a.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -626,7 +635,7 @@ func TestRecordFieldsRoundTrip(t *testing.T) {
 	other := mongostore.New(st.Database())
 	for _, reader := range []*mongostore.Store{st, other} {
 		for _, appID := range []string{"", apps[0].ID, apps[1].ID} {
-			got, err := reader.Listed(ctx, appID)
+			got, err := storetest.All(ctx, reader, appID)
 			if err != nil {
 				t.Fatal(err)
 			}

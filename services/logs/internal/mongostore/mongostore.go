@@ -22,24 +22,29 @@ import (
 
 // Collection names.
 const (
-	ChunksCollection      = "log_chunks" // records, in chains of chunks (chunks.go)
-	IDsCollection         = "log_ids"    // one batch document per write and slots of stream sequences (ids.go)
-	HintsCollection       = "log_heads"  // where each chain's newest chunk was last seen
+	ChunksCollection = "log_chunks" // records, in chains of chunks (chunks.go, chunkdoc.go)
+	// IDsCollection holds what each write did (ids.go): its batch document,
+	// its slots of stream sequences, and its relist marks.
+	IDsCollection = "log_ids"
+	// HeadHintsCollection holds one head hint per chain: the number of a
+	// recent chunk of the chain, where a process new to it starts looking
+	// for its newest chunk (_id: the chain's key).
+	HeadHintsCollection   = "log_heads"
 	AppsCollection        = "log_apps"
 	DeadLettersCollection = "log_dead_letters"
 )
 
 // Store implements logs.Store.
 type Store struct {
-	db     *mongo.Database
-	chunks *mongo.Collection
-	ids    *mongo.Collection
-	hints  *mongo.Collection
-	apps   *mongo.Collection
-	dead   *mongo.Collection
-	heads  heads
-	slots  slots
-	cache  *chunkCache
+	db        *mongo.Database
+	chunks    *mongo.Collection
+	ids       *mongo.Collection
+	headHints *mongo.Collection
+	apps      *mongo.Collection
+	dead      *mongo.Collection
+	heads     heads
+	slots     slots
+	cache     *chunkCache
 
 	chunkMax   int // records per chunk (chunkMaxRecords; tests make it small)
 	filterScan int // chunks a filtered read looks at (DefaultFilterScan)
@@ -61,11 +66,11 @@ func New(db *mongo.Database) *Store {
 		db:         db,
 		chunks:     db.Collection(ChunksCollection),
 		ids:        db.Collection(IDsCollection),
-		hints:      db.Collection(HintsCollection),
+		headHints:  db.Collection(HeadHintsCollection),
 		apps:       db.Collection(AppsCollection),
 		dead:       db.Collection(DeadLettersCollection),
 		heads:      heads{last: map[string]*chunkDoc{}, claim: map[string]*sync.Mutex{}},
-		slots:      slots{blocks: map[string]*cachedBlock{}, lock: map[string]*sync.Mutex{}},
+		slots:      slots{ranges: map[string]*cachedRange{}, lock: map[string]*sync.Mutex{}},
 		chunkMax:   chunkMaxRecords,
 		filterScan: DefaultFilterScan,
 		cache:      newChunkCache(DefaultChunkCacheBytes),
