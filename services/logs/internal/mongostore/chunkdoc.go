@@ -1,32 +1,32 @@
 package mongostore
 
-// The stored form of a chunk (a document of log_chunks). Its records are
-// plain sub-documents in the array r, with the fields of the API's log
-// record, so that MongoDB's own tools (mongosh, Compass, mongoexport) find,
-// count and export them with $unwind:
+// The stored forms of a chunk: the chunk itself (log_chunks), which the
+// service reads, and for a type chain's chunk its records again as plain
+// documents (log_records), which only MongoDB's own tools read.
 //
-//	{_id: "t.log#12", key: "t.log", n: 12, pos: 11000, count: 1000, batch: "…",
-//	 minAt, maxAt, at, hiAt: ISODate(…), low: BinData(…), bloom: BinData(…),
+// A chunk keeps its records packed in one binary value r (the BSON
+// document {r: [packedRec]}): FerretDB parses every value of a document
+// each time it is read, whatever the projection, so a chunk of 1,000
+// records as sub-documents takes several times longer to read than a
+// packed one, and every cold page, search and count reads chunks
+// (docs/design/log-store.md has the figures).
+//
+// The records document of a type chain's chunk has the chunk's _id and
+// time range and its records as sub-documents with the fields of the API's
+// log record, so that mongosh, Compass or mongoexport find, count and
+// export them with $unwind; each record is in exactly one type chain, so
+// each is there once:
+//
+//	{_id: "t.log#12", key: "t.log", n: 12, minAt, maxAt: ISODate(…),
 //	 r: [{id: "01…", appId: "…", type: "log", logBody: "…", metricsId: "…",
 //	      createdAt: ISODate(…)}, …]}
 //
-// metricsId is absent when the record has none. Every record is in two
-// chains (its type's and its app's): a query over all chunks counts each
-// twice unless it keeps to one kind of chain (key "t.<type>" or
-// "a.<appId>.<type>"); docs/logs.md shows such queries.
-//
-// Chunks are built and read with bsoncore, without reflection: the chunk
-// is the unit of every write and read, and its records are most of the
-// store's work in this process.
-//
-// Chunks written before records were documents hold r as one binary value
-// (a BSON document {r: [...]} of records with short field names and no
-// type); they are read through decodeLegacyRecords and never written again.
+// metricsId is absent when the record has none. Both are built with
+// bsoncore, without reflection, and chunks are read the same way.
 
 import (
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -73,9 +73,40 @@ func (c chunkDoc) MarshalBSON() ([]byte, error) {
 	if bl := encodeBlooms(c.Bloom); len(bl) > 0 {
 		dst = bsoncore.AppendBinaryElement(dst, "bloom", bson.TypeBinaryGeneric, bl)
 	}
-	typ, keyApp := splitKey(c.Key)
+	packed, err := packRecords(c.Records, !isAppKey(c.Key))
+	if err != nil {
+		return nil, err
+	}
+	dst = bsoncore.AppendBinaryElement(dst, "r", bson.TypeBinaryGeneric, packed)
+	return bsoncore.AppendDocumentEnd(dst, start)
+}
+
+// recordsDoc is the records document of chunk c of a type chain.
+func recordsDoc(c *chunkDoc) (bson.Raw, error) {
+	size := 256
+	for _, r := range c.Records {
+		size += len(r.LogBody) + len(r.MetricsID) + len(r.AppID) + 128
+	}
+	dst := make([]byte, 0, size)
+	start, dst := bsoncore.AppendDocumentStart(dst)
+	dst = bsoncore.AppendStringElement(dst, "_id", c.ID)
+	dst = bsoncore.AppendStringElement(dst, "key", c.Key)
+	dst = bsoncore.AppendInt64Element(dst, "n", c.N)
+	dst = bsoncore.AppendTimeElement(dst, "minAt", c.MinAt)
+	dst = bsoncore.AppendTimeElement(dst, "maxAt", c.MaxAt)
+	dst, err := appendRecords(dst, c.Key, c.Records)
+	if err != nil {
+		return nil, err
+	}
+	return bsoncore.AppendDocumentEnd(dst, start)
+}
+
+// appendRecords appends the records of a type chain's chunk as the array
+// r of plain documents.
+func appendRecords(dst []byte, key string, recs []chunkRec) ([]byte, error) {
+	typ, _ := splitKey(key)
 	arr, dst := bsoncore.AppendArrayElementStart(dst, "r")
-	for i, r := range c.Records {
+	for i, r := range recs {
 		// The array index as the element's key, without a string.
 		dst = append(dst, byte(bsoncore.TypeEmbeddedDocument))
 		dst = strconv.AppendInt(dst, int64(i), 10)
@@ -86,11 +117,7 @@ func (c chunkDoc) MarshalBSON() ([]byte, error) {
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(2*len(r.ID)+1))
 		dst = hex.AppendEncode(dst, r.ID[:])
 		dst = append(dst, 0)
-		appID := r.AppID
-		if appID == "" {
-			appID = keyApp
-		}
-		dst = bsoncore.AppendStringElement(dst, fieldAppID, appID)
+		dst = bsoncore.AppendStringElement(dst, fieldAppID, r.AppID)
 		dst = bsoncore.AppendStringElement(dst, fieldType, typ)
 		dst = bsoncore.AppendStringElement(dst, fieldLogBody, r.LogBody)
 		if r.MetricsID != "" {
@@ -102,14 +129,10 @@ func (c chunkDoc) MarshalBSON() ([]byte, error) {
 			return nil, err
 		}
 	}
-	dst, err := bsoncore.AppendArrayEnd(dst, arr)
-	if err != nil {
-		return nil, err
-	}
-	return bsoncore.AppendDocumentEnd(dst, start)
+	return bsoncore.AppendArrayEnd(dst, arr)
 }
 
-// UnmarshalBSON decodes a stored chunk, either form of its records.
+// UnmarshalBSON decodes a stored chunk.
 func (c *chunkDoc) UnmarshalBSON(b []byte) error { return decodeChunk(b, c, true) }
 
 // decodeChunk decodes a chunk's fields into c; its records too when
@@ -142,16 +165,11 @@ func decodeChunk(b []byte, c *chunkDoc, records bool) error {
 	if !records {
 		return nil
 	}
-	switch r.Type {
-	case bsoncore.TypeArray:
-		c.Records, err = decodeRecords(r.Array())
-	case bsoncore.TypeBinary:
-		_, data := r.Binary()
-		c.Records, err = decodeLegacyRecords(data)
-	default:
-		err = errors.New("no records")
+	_, data, ok := r.BinaryOK()
+	if !ok {
+		return fmt.Errorf("chunk %s: no packed records", c.ID)
 	}
-	if err != nil {
+	if c.Records, err = decodePackedRecords(data); err != nil {
 		return fmt.Errorf("chunk %s: records: %w", c.ID, err)
 	}
 	if int64(len(c.Records)) != c.Count {
@@ -218,63 +236,9 @@ func timeOf(v bsoncore.Value) time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
-// decodeRecords reads the sub-documents of r.
-func decodeRecords(arr bsoncore.Array) ([]chunkRec, error) {
-	vals, err := arr.Values()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]chunkRec, len(vals))
-	for i, v := range vals {
-		doc, ok := v.DocumentOK()
-		if !ok {
-			return nil, fmt.Errorf("record %d is not a document", i)
-		}
-		if out[i], err = decodeRecord(doc); err != nil {
-			return nil, fmt.Errorf("record %d: %w", i, err)
-		}
-	}
-	return out, nil
-}
-
-func decodeRecord(doc bsoncore.Document) (chunkRec, error) {
-	var r chunkRec
-	var haveID, haveAt bool
-	for rem := doc[4 : len(doc)-1]; len(rem) > 0; {
-		e, next, ok := bsoncore.ReadElement(rem)
-		if !ok {
-			return r, errors.New("malformed")
-		}
-		rem = next
-		v := e.Value()
-		switch string(e.KeyBytes()) {
-		case fieldID:
-			s, _ := v.StringValueOK()
-			id, err := bson.ObjectIDFromHex(s)
-			if err != nil {
-				return r, fmt.Errorf("id %q: %w", s, err)
-			}
-			r.ID, haveID = id, true
-		case fieldAppID:
-			r.AppID, _ = v.StringValueOK()
-		case fieldLogBody:
-			r.LogBody, _ = v.StringValueOK()
-		case fieldMetricsID:
-			r.MetricsID, _ = v.StringValueOK()
-		case fieldCreatedAt:
-			var ms int64
-			ms, haveAt = v.DateTimeOK()
-			r.CreatedAt = time.UnixMilli(ms).UTC()
-		}
-	}
-	if !haveID || !haveAt {
-		return r, errors.New("no id or createdAt")
-	}
-	return r, nil
-}
-
-// legacyRec is a record as chunks kept them in their binary field r.
-type legacyRec struct {
+// packedRec is a record in a chunk: short names, no type (the chain's),
+// no app id in an app chain (the chain's).
+type packedRec struct {
 	ID        bson.ObjectID `bson:"i"`
 	AppID     string        `bson:"a,omitempty"`
 	LogBody   string        `bson:"b"`
@@ -282,12 +246,30 @@ type legacyRec struct {
 	CreatedAt time.Time     `bson:"c"`
 }
 
-// decodeLegacyRecords reads the records of a chunk written before records
-// were documents: r was a binary value holding the document {r: [...]}.
-func decodeLegacyRecords(data []byte) ([]chunkRec, error) {
-	var w struct {
-		R []legacyRec `bson:"r"`
+type packedRecs struct {
+	R []packedRec `bson:"r"`
+}
+
+// packRecords packs the records of a chunk: the BSON document {r:
+// [packedRec]}, stored as one binary value; with their app ids (in a type
+// chain) when withApp is set.
+func packRecords(recs []chunkRec, withApp bool) ([]byte, error) {
+	w := packedRecs{R: make([]packedRec, len(recs))}
+	for i, r := range recs {
+		w.R[i] = packedRec{ID: r.ID, LogBody: r.LogBody, CreatedAt: r.CreatedAt}
+		if withApp {
+			w.R[i].AppID = r.AppID
+		}
+		if r.MetricsID != "" {
+			w.R[i].MetricsID = &recs[i].MetricsID
+		}
 	}
+	return bson.Marshal(w)
+}
+
+// decodePackedRecords reads the records of a chunk.
+func decodePackedRecords(data []byte) ([]chunkRec, error) {
+	var w packedRecs
 	if err := bson.Unmarshal(data, &w); err != nil {
 		return nil, err
 	}

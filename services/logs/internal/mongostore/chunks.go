@@ -334,6 +334,9 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 		for _, d := range docs[:stored] {
 			s.listed(ctx, d.(*chunkDoc))
 		}
+		if err := s.copyRecords(ctx, docs[:stored]); err != nil {
+			return err
+		}
 		if !dup {
 			return stop // nil: all listed
 		}
@@ -437,6 +440,34 @@ func (s *Store) listed(ctx context.Context, c *chunkDoc) {
 	}
 }
 
+// copyRecords writes the records documents of the type chains' chunks
+// among cs (log_records, chunkdoc.go), those not there yet. A write
+// cut short between its chunks and this leaves them out until its
+// redelivery (chainState) writes them.
+func (s *Store) copyRecords(ctx context.Context, cs []any) error {
+	if s.beforeCopy != nil {
+		if err := s.beforeCopy(); err != nil {
+			return err
+		}
+	}
+	var docs []any
+	for _, d := range cs {
+		c := d.(*chunkDoc)
+		if isAppKey(c.Key) {
+			continue
+		}
+		raw, err := recordsDoc(c)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, raw)
+	}
+	if len(docs) == 0 {
+		return nil
+	}
+	return insertNew(ctx, s.records, docs)
+}
+
 // insertOrdered inserts docs in one ordered insert. It returns how many
 // were stored (a prefix) and whether the insert stopped at docs[stored]
 // on a duplicate _id (a number another writer claimed first); only
@@ -482,14 +513,15 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // listedIn reports which records a write (batch) listed in key's chain,
-// looking from chunk from up to the head.
-func (s *Store) listedIn(ctx context.Context, key string, from int64, batch string) (map[bson.ObjectID]bool, error) {
+// looking from chunk from up to the head, and in which chunks.
+func (s *Store) listedIn(ctx context.Context, key string, from int64, batch string) (map[bson.ObjectID]bool, []any, error) {
 	out := map[bson.ObjectID]bool{}
+	var chunks []any
 	var first time.Time
 	for n := max(from, 1); n < from+relistScan; n++ {
 		c, err := s.chunk(ctx, key, n)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if c == nil {
 			if n == max(from, 1) {
@@ -497,7 +529,7 @@ func (s *Store) listedIn(ctx context.Context, key string, from int64, batch stri
 				// older than the retention): nothing to find there.
 				h, err := s.head(ctx, key)
 				if err != nil || h == nil || h.N <= n {
-					return out, err
+					return out, nil, err
 				}
 				continue
 			}
@@ -514,11 +546,12 @@ func (s *Store) listedIn(ctx context.Context, key string, from int64, batch stri
 		if c.Batch != batch {
 			continue
 		}
+		chunks = append(chunks, c)
 		for _, r := range c.Records {
 			out[r.ID] = true
 		}
 	}
-	return out, nil
+	return out, chunks, nil
 }
 
 // relistDoc (a relist mark, in log_ids) marks that the records of a write
@@ -553,23 +586,32 @@ type chainState struct {
 	records []chunkRec // to list again, as batch+"r"
 }
 
+// chainState reads the state of the write r in key's chain. In a type
+// chain it also writes the records documents of the chunks it found,
+// which the write may have stopped before.
 func (s *Store) chainState(ctx context.Context, key string, r ref) (*chainState, error) {
-	listed, err := s.listedIn(ctx, key, r.N, r.Batch)
+	listed, chunks, err := s.listedIn(ctx, key, r.N, r.Batch)
 	if err != nil {
 		return nil, err
 	}
 	st := &chainState{listed: listed}
 	d, err := s.relistMark(ctx, key, r.Batch)
-	if err != nil || d == nil {
-		return st, err
-	}
-	st.relist = d
-	again, err := s.listedIn(ctx, key, d.From, r.Batch+"r")
 	if err != nil {
 		return nil, err
 	}
-	for id := range again {
-		st.listed[id] = true
+	if d != nil {
+		st.relist = d
+		again, more, err := s.listedIn(ctx, key, d.From, r.Batch+"r")
+		if err != nil {
+			return nil, err
+		}
+		for id := range again {
+			st.listed[id] = true
+		}
+		chunks = append(chunks, more...)
+	}
+	if err := s.copyRecords(ctx, chunks); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

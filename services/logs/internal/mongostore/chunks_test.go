@@ -423,18 +423,20 @@ func TestFilterScanBoundResumes(t *testing.T) {
 // Relist marks kept where older versions put them (log_heads) are found
 // too: without them the second redelivery would list records again.
 func TestRetryAfterCrashListsOnce(t *testing.T) {
-	for _, crashAt := range []string{"before the chains", "between the chains", "between the chains, old relist marks"} {
+	for _, crashAt := range []string{"before the chains", "between the chains", "between the chains, old relist marks", "before the records documents"} {
 		t.Run(crashAt, func(t *testing.T) {
 			st := newStore(t)
 			insert(t, st, recs(0, 100, "log"))
 			batch := recs(100, 200, "log")
 			mongostore.FailBeforeAppend(st, func(key string) bool {
-				return crashAt == "before the chains" || key != mongostore.TypeKey("log")
+				return crashAt == "before the chains" || (strings.HasPrefix(crashAt, "between") && key != mongostore.TypeKey("log"))
 			})
+			mongostore.FailBeforeCopy(st, crashAt == "before the records documents")
 			if _, err := st.InsertBatch(context.Background(), slices.Clone(batch)); err == nil {
 				t.Fatal("the crash hook did not stop the write")
 			}
 			mongostore.FailBeforeAppend(st, nil)
+			mongostore.FailBeforeCopy(st, false)
 			// Other writes (another process) move the chains on meanwhile.
 			other := mongostore.New(st.Database())
 			insert(t, other, recs(400, 30, "log"))
@@ -454,6 +456,7 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 			checkOnce(t, st, "", 410)
 			checkOnce(t, st, "appA", 205)
 			checkOnce(t, st, "appB", 205)
+			checkRecordsDocuments(t, st)
 			for _, key := range []string{mongostore.TypeKey("log"), mongostore.AppKey("appA", "log"), mongostore.AppKey("appB", "log")} {
 				if err := mongostore.CheckBlocks(context.Background(), st, key); err != nil {
 					t.Fatal(err)
@@ -508,6 +511,7 @@ func TestConcurrentWriters(t *testing.T) {
 	st := mongostore.New(db)
 	total := writers * batches * per
 	checkOnce(t, st, "", total)
+	checkRecordsDocuments(t, st)
 	checkOnce(t, st, "appA", total/2)
 	for _, key := range []string{mongostore.TypeKey("log"), mongostore.AppKey("appA", "log"), mongostore.AppKey("appB", "log")} {
 		if err := mongostore.CheckBlocks(context.Background(), st, key); err != nil {
@@ -552,6 +556,7 @@ func TestRetention(t *testing.T) {
 	}
 	insert(t, st, recs(300, 10, "log"))
 	checkOnce(t, st, "", 110)
+	checkRecordsDocuments(t, st)
 }
 
 // Retention visits every chain in the database: the records of an app

@@ -1,7 +1,6 @@
 package mongostore_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/acme/platform/services/logs/internal/logs"
@@ -22,28 +21,4 @@ func TestStoreContract(t *testing.T) {
 			return st
 		})
 	})
-}
-
-// A database written by an older version, whose chunks keep their records
-// in one binary field, is read and written on as well: the contract holds
-// when every chunk is rewritten in the old form after each write (the
-// store then reads only old chunks, and builds each new chunk's summaries
-// from old ones).
-func TestStoreContractOnOldChunks(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) logs.Store {
-		st := newStore(t)
-		mongostore.SetChunkMax(st, 16)
-		return oldChunks{st}
-	})
-}
-
-// oldChunks rewrites every chunk in the old form after each write.
-type oldChunks struct{ *mongostore.Store }
-
-func (o oldChunks) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, error) {
-	per, err := o.Store.InsertBatch(ctx, rs)
-	if err == nil {
-		_, err = mongostore.ToLegacyChunks(ctx, o.Store)
-	}
-	return per, err
 }

@@ -117,9 +117,7 @@ func fill(f []byte) int {
 // from its cache).
 func ChunkReads(s *Store) int64 { return s.chunkReads.Load() }
 
-// legacyChunk is a chunk as stored before records were documents: the
-// records one binary value, a BSON document {r: [legacyRec]} whose records
-// in an app chain have no app id.
+// legacyChunk is a chunk as earlier versions encoded it, by reflection.
 type legacyChunk struct {
 	ID    string      `bson:"_id"`
 	Key   string      `bson:"key"`
@@ -137,20 +135,7 @@ type legacyChunk struct {
 }
 
 func toLegacy(c chunkDoc) (legacyChunk, error) {
-	recs := make([]legacyRec, len(c.Records))
-	for i, r := range c.Records {
-		recs[i] = legacyRec{ID: r.ID, LogBody: r.LogBody, CreatedAt: r.CreatedAt}
-		if c.Key[0] == 't' {
-			recs[i].AppID = r.AppID
-		}
-		if r.MetricsID != "" {
-			m := r.MetricsID
-			recs[i].MetricsID = &m
-		}
-	}
-	inner, err := bson.Marshal(struct {
-		R []legacyRec `bson:"r"`
-	}{recs})
+	inner, err := packRecords(c.Records, c.Key[0] == 't')
 	if err != nil {
 		return legacyChunk{}, err
 	}
@@ -162,31 +147,13 @@ func toLegacy(c chunkDoc) (legacyChunk, error) {
 	return l, nil
 }
 
-// ToLegacyChunks rewrites every chunk in s's database that has its records
-// as documents in the form chunks had before (what a database written by
-// an older version holds), and empties s's chunk cache, so that its reads
-// and the chunks it writes next start from what the server holds. It
-// returns how many chunks it rewrote.
-func ToLegacyChunks(ctx context.Context, s *Store) (int, error) {
-	cur, err := s.chunks.Find(ctx, bson.M{"r": bson.M{"$type": "array"}})
-	if err != nil {
-		return 0, err
+// FailBeforeCopy makes writes fail before they write records documents
+// (a crash between a write's chunks and their copy), while fail is set.
+func FailBeforeCopy(s *Store, fail bool) {
+	s.beforeCopy = nil
+	if fail {
+		s.beforeCopy = func() error { return errCrash }
 	}
-	var docs []chunkDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return 0, err
-	}
-	for _, c := range docs {
-		l, err := toLegacy(c)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := s.chunks.ReplaceOne(ctx, bson.M{"_id": c.ID}, l); err != nil {
-			return 0, err
-		}
-	}
-	s.cache = newChunkCache(s.cache.max)
-	return len(docs), nil
 }
 
 // MoveRelistMarksToHeads moves the relist marks from log_ids to log_heads,

@@ -23,6 +23,10 @@ import (
 // Collection names.
 const (
 	ChunksCollection = "log_chunks" // records, in chains of chunks (chunks.go, chunkdoc.go)
+	// RecordsCollection holds the records of each type chain's chunk again
+	// as plain documents, for MongoDB's own tools (chunkdoc.go); the
+	// service writes it and never reads it.
+	RecordsCollection = "log_records"
 	// IDsCollection holds what each write did (ids.go): its batch document,
 	// its slots of stream sequences, and its relist marks.
 	IDsCollection = "log_ids"
@@ -38,6 +42,7 @@ const (
 type Store struct {
 	db        *mongo.Database
 	chunks    *mongo.Collection
+	records   *mongo.Collection
 	ids       *mongo.Collection
 	headHints *mongo.Collection
 	apps      *mongo.Collection
@@ -52,6 +57,9 @@ type Store struct {
 	chunkReads atomic.Int64
 	// beforeAppend, when set (tests), runs before each chain is written.
 	beforeAppend func(ctx context.Context, key string) error
+	// beforeCopy, when set (tests), runs before records documents are
+	// written.
+	beforeCopy func() error
 
 	appsMu   sync.Mutex
 	appIDs   []string          // the apps EnsureApps returned: the chains retention visits
@@ -65,6 +73,7 @@ func New(db *mongo.Database) *Store {
 	return &Store{
 		db:         db,
 		chunks:     db.Collection(ChunksCollection),
+		records:    db.Collection(RecordsCollection),
 		ids:        db.Collection(IDsCollection),
 		headHints:  db.Collection(HeadHintsCollection),
 		apps:       db.Collection(AppsCollection),
@@ -166,7 +175,13 @@ func (s *Store) AddDeadLetters(ctx context.Context, ds []logs.DeadLetter) error 
 		docs[i] = deadDoc{Key: d.Key, Stream: d.Stream, Sequence: int64(d.Sequence), Subject: d.Subject, MsgID: d.MsgID,
 			Data: d.Data, Reason: d.Reason, Deliveries: int64(d.Deliveries), ReceivedAt: d.ReceivedAt.UTC()}
 	}
-	_, err := s.dead.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	return insertNew(ctx, s.dead, docs)
+}
+
+// insertNew inserts docs (unordered); those whose _id is there already
+// are left as they are.
+func insertNew(ctx context.Context, coll *mongo.Collection, docs []any) error {
+	_, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	var bwe mongo.BulkWriteException
 	if errors.As(err, &bwe) && bwe.WriteConcernError == nil {
 		for _, we := range bwe.WriteErrors {

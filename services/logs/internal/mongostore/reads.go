@@ -35,6 +35,8 @@ func (s *Store) record(ctx context.Context, key string, c chunkRec) (logs.Record
 		CreatedAt: c.CreatedAt.UTC()}, nil
 }
 
+func isAppKey(key string) bool { return strings.HasPrefix(key, "a.") }
+
 // splitKey is the inverse of typeKey and appKey.
 func splitKey(key string) (typ, appID string) {
 	if rest, ok := strings.CutPrefix(key, "a."); ok {
@@ -347,6 +349,13 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 			}
 			if !c.MaxAt.Before(t) {
 				break
+			}
+			// The records document first: a pass stopped between the two
+			// deletes leaves the chunk, which the next pass deletes.
+			if !isAppKey(key) {
+				if _, err := s.records.DeleteOne(ctx, bson.M{"_id": c.ID}); err != nil {
+					return deleted, err
+				}
 			}
 			if _, err := s.chunks.DeleteOne(ctx, bson.M{"_id": c.ID}); err != nil {
 				return deleted, err
