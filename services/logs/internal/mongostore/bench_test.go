@@ -140,7 +140,7 @@ func BenchmarkFirstPage(b *testing.B) {
 		q    logs.Query
 	}{
 		{"Chunks", logs.Query{Type: "error", AppID: "appB", Limit: 50}}, // an app chain
-		{"ChunksOfAType", logs.Query{Type: "error", Limit: 50}},          // a type chain
+		{"ChunksOfAType", logs.Query{Type: "error", Limit: 50}},         // a type chain
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ResetTimer()

@@ -445,6 +445,9 @@ func (s *Store) listed(ctx context.Context, c *chunkDoc) {
 // cut short between its chunks and this leaves them out until its
 // redelivery (chainState) writes them.
 func (s *Store) copyRecords(ctx context.Context, cs []any) error {
+	if !s.recordDocs {
+		return nil
+	}
 	if s.beforeCopy != nil {
 		if err := s.beforeCopy(); err != nil {
 			return err

@@ -51,8 +51,9 @@ type Store struct {
 	slots     slots
 	cache     *chunkCache
 
-	chunkMax   int // records per chunk (chunkMaxRecords; tests make it small)
-	filterScan int // chunks a filtered read looks at (DefaultFilterScan)
+	chunkMax   int  // records per chunk (chunkMaxRecords; tests make it small)
+	filterScan int  // chunks a filtered read looks at (DefaultFilterScan)
+	recordDocs bool // write log_records (SetRecordDocuments)
 	// chunkReads counts chunks read from the server (tests count lookups).
 	chunkReads atomic.Int64
 	// beforeAppend, when set (tests), runs before each chain is written.
@@ -82,6 +83,7 @@ func New(db *mongo.Database) *Store {
 		slots:      slots{ranges: map[string]*cachedRange{}, lock: map[string]*sync.Mutex{}},
 		chunkMax:   chunkMaxRecords,
 		filterScan: DefaultFilterScan,
+		recordDocs: true,
 		cache:      newChunkCache(DefaultChunkCacheBytes),
 		appNames:   map[string]string{},
 	}
@@ -94,6 +96,12 @@ func (s *Store) SetChunkCache(bytes int64) { s.cache = newChunkCache(bytes) }
 // SetFilterScan sets how many chunks a filtered read looks at, at most
 // (n >= 1). Call it before using the store.
 func (s *Store) SetFilterScan(n int) { s.filterScan = max(n, 1) }
+
+// SetRecordDocuments says whether writes copy the records of the type
+// chains to log_records as plain documents, for MongoDB's own tools (on by
+// default; off, a write costs about half the CPU). Call it before using the
+// store.
+func (s *Store) SetRecordDocuments(on bool) { s.recordDocs = on }
 
 // EnsureIndexes creates the indexes (idempotent). Reads address chunks and
 // id documents by _id only; the other indexes serve retention and the
