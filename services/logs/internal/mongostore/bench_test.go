@@ -53,42 +53,38 @@ func BenchmarkStore(b *testing.B) {
 		}
 		st := mongostore.New(cl.Database(s.Database(b)))
 		defer func() { b.Log(counts) }()
-		b.ResetTimer()
-		cpu0 := cpuTime()
-		for i := 0; i < b.N; i++ {
+		measureWrites(b, per, func(i int) {
 			if _, err := st.InsertBatch(context.Background(), benchRecs(i*per, per)); err != nil {
 				b.Fatal(err)
 			}
-		}
-		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
+		})
 	})
 	// The baseline: the same records as one document each, no index but
 	// _id.
 	b.Run("RawInsertMany", func(b *testing.B) {
 		s := testkit.Get(b)
 		coll := s.Mongo.Database(s.Database(b)).Collection("raw")
-		b.ResetTimer()
-		cpu0 := cpuTime()
-		for i := 0; i < b.N; i++ {
-			insertPerRecord(b, coll, benchRecs(i*per, per))
-		}
-		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
+		measureWrites(b, per, func(i int) { insertPerRecord(b, coll, benchRecs(i*per, per)) })
 	})
 	// The alternative design: one document per record with the indexes
 	// its reads would need (docs/design/log-store.md).
 	b.Run("PerRecordIndexed", func(b *testing.B) {
 		s := testkit.Get(b)
 		coll := perRecordCollection(b, s.Mongo.Database(s.Database(b)))
-		b.ResetTimer()
-		cpu0 := cpuTime()
-		for i := 0; i < b.N; i++ {
-			insertPerRecord(b, coll, benchRecs(i*per, per))
-		}
-		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
+		measureWrites(b, per, func(i int) { insertPerRecord(b, coll, benchRecs(i*per, per)) })
 	})
+}
+
+// measureWrites runs write(i) for each of b.N operations of per records
+// and reports records per second and CPU per record.
+func measureWrites(b *testing.B, per int, write func(i int)) {
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		write(i)
+	}
+	b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
 }
 
 // perRecordCollection is a collection for one document per record, with

@@ -47,15 +47,7 @@ const (
 
 // MarshalBSON encodes c as stored.
 func (c chunkDoc) MarshalBSON() ([]byte, error) {
-	size := 512 + len(c.Bloom)*(bloomBytes+1)
-	for _, r := range c.Records {
-		size += len(r.LogBody) + len(r.MetricsID) + len(r.AppID) + 128
-	}
-	dst := make([]byte, 0, size)
-	start, dst := bsoncore.AppendDocumentStart(dst)
-	dst = bsoncore.AppendStringElement(dst, "_id", c.ID)
-	dst = bsoncore.AppendStringElement(dst, "key", c.Key)
-	dst = bsoncore.AppendInt64Element(dst, "n", c.N)
+	start, dst := c.startDoc(len(c.Bloom) * (bloomBytes + 1))
 	dst = bsoncore.AppendInt64Element(dst, "pos", c.Pos)
 	dst = bsoncore.AppendInt64Element(dst, "count", c.Count)
 	dst = bsoncore.AppendStringElement(dst, "batch", c.Batch)
@@ -81,17 +73,22 @@ func (c chunkDoc) MarshalBSON() ([]byte, error) {
 	return bsoncore.AppendDocumentEnd(dst, start)
 }
 
-// recordsDoc is the records document of chunk c of a type chain.
-func recordsDoc(c *chunkDoc) (bson.Raw, error) {
-	size := 256
+// startDoc starts a document for c, of about its records' size plus
+// extra bytes, with the fields that name it (_id, key, n).
+func (c *chunkDoc) startDoc(extra int) (int32, []byte) {
+	size := 512 + extra
 	for _, r := range c.Records {
 		size += len(r.LogBody) + len(r.MetricsID) + len(r.AppID) + 128
 	}
-	dst := make([]byte, 0, size)
-	start, dst := bsoncore.AppendDocumentStart(dst)
+	start, dst := bsoncore.AppendDocumentStart(make([]byte, 0, size))
 	dst = bsoncore.AppendStringElement(dst, "_id", c.ID)
 	dst = bsoncore.AppendStringElement(dst, "key", c.Key)
-	dst = bsoncore.AppendInt64Element(dst, "n", c.N)
+	return start, bsoncore.AppendInt64Element(dst, "n", c.N)
+}
+
+// recordsDoc is the records document of chunk c of a type chain.
+func recordsDoc(c *chunkDoc) (bson.Raw, error) {
+	start, dst := c.startDoc(0)
 	dst = bsoncore.AppendTimeElement(dst, "minAt", c.MinAt)
 	dst = bsoncore.AppendTimeElement(dst, "maxAt", c.MaxAt)
 	dst, err := appendRecords(dst, c.Key, c.Records)
