@@ -174,3 +174,36 @@ func checkRecordsDocuments(t *testing.T, st *mongostore.Store) {
 		t.Fatalf("log_records: %d records, the chains list %d (or other ones)", len(got), len(want))
 	}
 }
+
+// Records written without their records documents (stored before
+// log_records existed, or with the copy off) are copied by CopyAllRecords,
+// each once however often it runs; retention then removes them with their
+// chunks.
+func TestCopyAllRecords(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	mongostore.SetChunkMax(st, 16)
+	st.SetRecordDocuments(false)
+	for _, typ := range logs.Types {
+		insert(t, st, recs(0, 100, typ))
+	}
+	st.SetRecordDocuments(true)
+	insert(t, st, recs(100, 50, logs.TypeLog))
+	if got := aggregate[struct{}](t, st, `[{"$unwind": "$r"}]`); len(got) != 50 {
+		t.Fatalf("before the copy: %d records documents, want the 50 written with the copy on", len(got))
+	}
+	for range 2 {
+		n, err := st.CopyAllRecords(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 3*7+4 { // 100 records in chunks of 16 per type, and 50 more log records
+			t.Fatalf("looked at %d chunks, want %d", n, 3*7+4)
+		}
+		checkRecordsDocuments(t, st)
+	}
+	if _, err := st.DeleteBefore(ctx, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	checkRecordsDocuments(t, st)
+}
