@@ -43,6 +43,7 @@ type Settings struct {
 	ReadTimeout, IdleTimeout                            time.Duration // HTTP: one request; an idle keep-alive
 	ChunkCacheMB                                        int           // recently used chunks kept in memory
 	FilterScan                                          int           // chunks a filtered read looks at, at most
+	RecordDocuments                                     bool          // copy the records as plain documents to log_records
 	Tail                                                httpapi.TailConfig
 	ServiceCredentials                                  []string // accepted on POST /v1/logs
 }
@@ -99,6 +100,7 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	s.ReadTimeout = r.Duration("READ_TIMEOUT", 60*time.Second)
 	s.ChunkCacheMB = r.Int("CHUNK_CACHE_MB", mongostore.DefaultChunkCacheBytes>>20)
 	s.FilterScan = r.Int("FILTER_SCAN", mongostore.DefaultFilterScan)
+	s.RecordDocuments = r.Bool("RECORD_DOCUMENTS", true)
 	s.IdleTimeout = r.Duration("IDLE_TIMEOUT", 90*time.Second)
 	s.Tail = httpapi.TailConfig{
 		Heartbeat: r.Duration("TAIL_HEARTBEAT", 15*time.Second),
@@ -171,6 +173,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	store := mongostore.New(mc.Database(s.MongoDB))
 	store.SetChunkCache(int64(s.ChunkCacheMB) << 20)
 	store.SetFilterScan(s.FilterScan)
+	store.SetRecordDocuments(s.RecordDocuments)
 	if err := store.EnsureIndexes(sctx); err != nil {
 		return err
 	}

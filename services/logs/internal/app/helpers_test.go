@@ -15,6 +15,7 @@ import (
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/services/logs/internal/app"
 	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/logs/storetest"
 	"github.com/acme/platform/services/logs/internal/mongostore"
 	"github.com/acme/platform/services/logs/internal/natsingest"
 	"github.com/golang-jwt/jwt/v5"
@@ -158,7 +159,7 @@ func (v *svc) count(match func(logs.Record) bool) int64 {
 	v.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	all, err := v.store().Listed(ctx, "")
+	all, err := storetest.All(ctx, v.store(), "")
 	if err != nil {
 		v.t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func (v *svc) checkChains() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	st := v.store()
-	all, err := st.Listed(ctx, "")
+	all, err := storetest.All(ctx, st, "")
 	if err != nil {
 		v.t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func (v *svc) checkChains() {
 		want[r.AppID][r.ID] = true
 	}
 	for app, ids := range want {
-		rs, err := st.Listed(ctx, app)
+		rs, err := storetest.All(ctx, st, app)
 		if err != nil {
 			v.t.Fatal(err)
 		}

@@ -171,7 +171,7 @@ func TestNATSPoisonMessages(t *testing.T) {
 // is stored once too: its stream sequence is claimed in MongoDB. Republished
 // after the window (one second here), a message is a new message of the
 // stream and is stored again: the window must cover publishers' retries
-// (docs/design/log-chunks.md, "Exactly once").
+// (docs/design/log-store.md, "Exactly once").
 func TestNATSDuplicateMsgID(t *testing.T) {
 	v := startService(t, map[string]string{"LOGS_DUPLICATE_WINDOW": "1s"})
 	subj := v.prefix() + ".logs.ACME-S3.log"

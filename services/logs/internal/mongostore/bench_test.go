@@ -53,34 +53,119 @@ func BenchmarkStore(b *testing.B) {
 		}
 		st := mongostore.New(cl.Database(s.Database(b)))
 		defer func() { b.Log(counts) }()
-		b.ResetTimer()
-		cpu0 := cpuTime()
-		for i := 0; i < b.N; i++ {
+		measureWrites(b, per, func(i int) {
 			if _, err := st.InsertBatch(context.Background(), benchRecs(i*per, per)); err != nil {
 				b.Fatal(err)
 			}
-		}
-		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
+		})
 	})
+	// The baseline: the same records as one document each, no index but
+	// _id.
 	b.Run("RawInsertMany", func(b *testing.B) {
 		s := testkit.Get(b)
 		coll := s.Mongo.Database(s.Database(b)).Collection("raw")
-		b.ResetTimer()
-		cpu0 := cpuTime()
-		for i := 0; i < b.N; i++ {
-			rs := benchRecs(i*per, per)
-			docs := make([]any, len(rs))
-			for j, r := range rs {
-				docs[j] = bson.M{"_id": bson.NewObjectID(), "msgId": r.MsgID, "appId": r.AppID, "app": r.App, "type": r.Type,
-					"logBody": r.LogBody, "metricsId": r.MetricsID, "createdAt": r.CreatedAt}
+		measureWrites(b, per, func(i int) { insertPerRecord(b, coll, benchRecs(i*per, per)) })
+	})
+	// The alternative design: one document per record with the indexes
+	// its reads would need (docs/design/log-store.md).
+	b.Run("PerRecordIndexed", func(b *testing.B) {
+		s := testkit.Get(b)
+		coll := perRecordCollection(b, s.Mongo.Database(s.Database(b)))
+		measureWrites(b, per, func(i int) { insertPerRecord(b, coll, benchRecs(i*per, per)) })
+	})
+}
+
+// measureWrites runs write(i) for each of b.N operations of per records
+// and reports records per second and CPU per record.
+func measureWrites(b *testing.B, per int, write func(i int)) {
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		write(i)
+	}
+	b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
+}
+
+// perRecordCollection is a collection for one document per record, with
+// the indexes of a page of a type and of an app's type, newest first.
+func perRecordCollection(b *testing.B, db *mongo.Database) *mongo.Collection {
+	coll := db.Collection("per_record")
+	_, err := coll.Indexes().CreateMany(context.Background(), []mongo.IndexModel{
+		{Keys: bson.D{{Key: "type", Value: 1}, {Key: "createdAt", Value: -1}}},
+		{Keys: bson.D{{Key: "appId", Value: 1}, {Key: "type", Value: 1}, {Key: "createdAt", Value: -1}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return coll
+}
+
+func insertPerRecord(b *testing.B, coll *mongo.Collection, rs []logs.Record) {
+	docs := make([]any, len(rs))
+	for j, r := range rs {
+		docs[j] = bson.M{"_id": bson.NewObjectID(), "msgId": r.MsgID, "appId": r.AppID, "app": r.App, "type": r.Type,
+			"logBody": r.LogBody, "metricsId": r.MetricsID, "createdAt": r.CreatedAt}
+	}
+	if _, err := coll.InsertMany(context.Background(), docs); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// firstPageRecords is how many records BenchmarkFirstPage holds.
+const firstPageRecords = 20_000
+
+// BenchmarkFirstPage: the first page of 50 of one app's errors among
+// 20,000 records, from the store's chunks and from one indexed document per
+// record (find by app and type, sorted by createdAt). The chunk store's
+// page is read by a store with an empty cache each time. FerretDB on SQLite
+// serves only _id lookups from an index: the per-record page reads and
+// sorts the whole collection, so its time grows with the records held.
+func BenchmarkFirstPage(b *testing.B) {
+	benchServers = testkit.Get(b)
+	const per = 1000
+	ctx := context.Background()
+	st := newStoreTB(b)
+	for i := 0; i < firstPageRecords; i += per {
+		if _, err := st.InsertBatch(ctx, benchRecs(i, per)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		q    logs.Query
+	}{
+		{"Chunks", logs.Query{Type: "error", AppID: "appB", Limit: 50}}, // an app chain
+		{"ChunksOfAType", logs.Query{Type: "error", Limit: 50}},         // a type chain
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				fresh := mongostore.New(st.Database()) // no chunk in its cache: a cold read
+				if p, err := fresh.List(ctx, c.q); err != nil || len(p.Records) != 50 {
+					b.Fatal(err, len(p.Records))
+				}
 			}
-			if _, err := coll.InsertMany(context.Background(), docs); err != nil {
+		})
+	}
+	b.Run("PerRecordIndexed", func(b *testing.B) {
+		s := testkit.Get(b)
+		coll := perRecordCollection(b, s.Mongo.Database(s.Database(b)))
+		for i := 0; i < firstPageRecords; i += per {
+			insertPerRecord(b, coll, benchRecs(i, per))
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			cur, err := coll.Find(ctx, bson.M{"appId": "appB", "type": "error"},
+				options.Find().SetSort(bson.D{{Key: "createdAt", Value: -1}}).SetLimit(50))
+			if err != nil {
 				b.Fatal(err)
 			}
+			var page []bson.M
+			if err := cur.All(ctx, &page); err != nil || len(page) != 50 {
+				b.Fatal(err, len(page))
+			}
 		}
-		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "recs/s")
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*per)/1e3, "cpu-µs/rec")
 	})
 }
 

@@ -130,13 +130,13 @@ func (s *Store) setBlocks(ctx context.Context, c *chunkDoc, pending map[string]*
 	c.Low = []time.Time{c.MinAt}
 	var own []byte
 	for _, r := range c.Records {
-		if r.MetricsID == nil {
+		if r.MetricsID == "" {
 			continue
 		}
 		if own == nil {
 			own = make([]byte, bloomBytes)
 		}
-		for _, p := range bloomPositions(*r.MetricsID) {
+		for _, p := range bloomPositions(r.MetricsID) {
 			own[p/8] |= 1 << (p % 8)
 		}
 	}

@@ -41,9 +41,7 @@ func chunkSize(c *chunkDoc) int64 {
 	n := int64(1024)
 	for _, r := range c.Records {
 		n += int64(len(r.LogBody)) + 300
-		if r.MetricsID != nil {
-			n += int64(len(*r.MetricsID))
-		}
+		n += int64(len(r.MetricsID))
 	}
 	return n
 }

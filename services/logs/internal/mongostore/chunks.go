@@ -21,7 +21,6 @@ package mongostore
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -31,6 +30,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/mongox"
+	"github.com/acme/platform/services/logs/internal/logs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -58,24 +58,19 @@ func typeKey(typ string) string          { return "t." + typ }
 func appKey(appID, typ string) string    { return "a." + appID + "." + typ }
 func chunkID(key string, n int64) string { return key + "#" + strconv.FormatInt(n, 10) }
 
-// chunkRec is one record in a chunk, with no field its chain already says:
-// the type is in every chain's key and the app in an app chain's key (a is
-// empty there); the app's name is resolved from its id when read. FerretDB
-// stores a type schema beside every field, so each field costs twice.
+// chunkRec is one record in a chunk, in memory: the type is its chain's
+// (in the key), and the app's name is resolved from its id when read.
 type chunkRec struct {
-	ID        bson.ObjectID `bson:"i"`
-	AppID     string        `bson:"a,omitempty"`
-	LogBody   string        `bson:"b"`
-	MetricsID *string       `bson:"m,omitempty"`
-	CreatedAt time.Time     `bson:"c"`
+	ID        bson.ObjectID
+	AppID     string
+	LogBody   string
+	MetricsID string // "" when absent
+	CreatedAt time.Time
 }
 
-// chunkDoc is a chunk; as stored (chunkWire) its records are one BSON
-// binary value. The server never looks inside a chunk (every read is by
-// _id and filters run here), and FerretDB's cost per document grows with
-// its fields and array items (it stores a type schema beside each and
-// parses the JSON form for its indexes), so packing the records keeps a
-// chunk's insert close to the cost of its bytes.
+// chunkDoc is a chunk; chunkdoc.go encodes and decodes its stored form.
+// Every read is by _id, so the server never needs to look inside a chunk;
+// its records are plain sub-documents for the people and tools that do.
 //
 // HiAt, Low and Bloom serve filtered reads (blocks.go).
 type chunkDoc struct {
@@ -94,71 +89,6 @@ type chunkDoc struct {
 	Records []chunkRec
 }
 
-type chunkWire struct {
-	ID    string      `bson:"_id"`
-	Key   string      `bson:"key"`
-	N     int64       `bson:"n"`
-	Pos   int64       `bson:"pos"`
-	Count int64       `bson:"count"`
-	Batch string      `bson:"batch"`
-	MinAt time.Time   `bson:"minAt"`
-	MaxAt time.Time   `bson:"maxAt"`
-	At    time.Time   `bson:"at"`
-	HiAt  time.Time   `bson:"hiAt"`
-	Low   []byte      `bson:"low,omitempty"`   // Low as 8-byte Unix milliseconds
-	Bloom []byte      `bson:"bloom,omitempty"` // Bloom, see encodeBlooms
-	R     bson.Binary `bson:"r"`               // a BSON document {r: [records]}
-}
-
-type recordsWire struct {
-	R []chunkRec `bson:"r"`
-}
-
-func (c chunkDoc) MarshalBSON() ([]byte, error) {
-	recs, err := bson.Marshal(recordsWire{c.Records})
-	if err != nil {
-		return nil, err
-	}
-	w := chunkWire{ID: c.ID, Key: c.Key, N: c.N, Pos: c.Pos, Count: c.Count, Batch: c.Batch,
-		MinAt: c.MinAt, MaxAt: c.MaxAt, At: c.At, HiAt: c.HiAt, R: bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: recs}}
-	for _, t := range c.Low {
-		w.Low = binary.BigEndian.AppendUint64(w.Low, uint64(t.UnixMilli()))
-	}
-	w.Bloom = encodeBlooms(c.Bloom)
-	return bson.Marshal(w)
-}
-
-func (c *chunkDoc) UnmarshalBSON(b []byte) error {
-	var w chunkWire
-	if err := bson.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	var recs recordsWire
-	if err := bson.Unmarshal(w.R.Data, &recs); err != nil {
-		return fmt.Errorf("chunk %s: records: %w", w.ID, err)
-	}
-	if int64(len(recs.R)) != w.Count {
-		return fmt.Errorf("chunk %s: %d records, count says %d", w.ID, len(recs.R), w.Count)
-	}
-	*c = chunkDoc{ID: w.ID, Key: w.Key, N: w.N, Pos: w.Pos, Count: w.Count, Batch: w.Batch,
-		MinAt: w.MinAt, MaxAt: w.MaxAt, At: w.At, HiAt: w.HiAt, Records: recs.R}
-	if c.HiAt.IsZero() {
-		c.HiAt = c.MaxAt // written before HiAt existed
-	}
-	if len(w.Low)%8 != 0 {
-		return fmt.Errorf("chunk %s: low has %d bytes", w.ID, len(w.Low))
-	}
-	for b := w.Low; len(b) > 0; b = b[8:] {
-		c.Low = append(c.Low, time.UnixMilli(int64(binary.BigEndian.Uint64(b))).UTC())
-	}
-	bl, err := decodeBlooms(w.Bloom)
-	if err != nil {
-		return fmt.Errorf("chunk %s: %w", w.ID, err)
-	}
-	c.Bloom = bl
-	return nil
-}
-
 func (c *chunkDoc) end() int64 { return c.Pos + c.Count }
 
 // ref says where a write meant to list a record in one chain.
@@ -167,13 +97,14 @@ type ref struct {
 	Batch string
 }
 
-type hintDoc struct {
+// headHintDoc is a chain's head hint (log_heads).
+type headHintDoc struct {
 	ID string `bson:"_id"`
 	N  int64  `bson:"n"`
 }
 
-// heads caches the last chunk seen per key, without its records: a hint
-// for reads (the chain is probed forward from it), and for this process's
+// heads caches the last chunk seen per key, without its records: where
+// reads start looking for the newest (the chain is probed forward from it), and for this process's
 // next write the chunk it follows (its place and running fields), so that
 // write needs no read.
 type heads struct {
@@ -186,14 +117,14 @@ type heads struct {
 
 // get is the number of the last chunk seen of key (0: none).
 func (h *heads) get(key string) int64 {
-	if c := h.hint(key); c != nil {
+	if c := h.newest(key); c != nil {
 		return c.N
 	}
 	return 0
 }
 
-// hint is the last chunk seen of key (nil: none), without its records.
-func (h *heads) hint(key string) *chunkDoc {
+// newest is the last chunk seen of key (nil: none), without its records.
+func (h *heads) newest(key string) *chunkDoc {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.last[key]
@@ -279,8 +210,8 @@ func byID[T any](ctx context.Context, coll *mongo.Collection, id string) (*T, er
 func (s *Store) head(ctx context.Context, key string) (*chunkDoc, error) {
 	h := s.heads.get(key)
 	if h == 0 {
-		var d hintDoc
-		err := s.hints.FindOne(ctx, bson.M{"_id": key}).Decode(&d)
+		var d headHintDoc
+		err := s.headHints.FindOne(ctx, bson.M{"_id": key}).Decode(&d)
 		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 			return nil, err
 		}
@@ -388,11 +319,48 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 	for _, k := range keys {
 		defer s.heads.lock(k)()
 	}
-	type part struct {
-		key, batch string
-		recs       []chunkRec
+	parts := s.split(ws)
+	for len(parts) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		docs, stop, err := s.place(ctx, parts)
+		if err != nil {
+			return err
+		}
+		stored, dup, err := insertOrdered(ctx, s.chunks, docs, 0)
+		if err != nil {
+			return err
+		}
+		for _, d := range docs[:stored] {
+			s.listed(ctx, d.(*chunkDoc))
+		}
+		if err := s.copyRecords(ctx, docs[:stored]); err != nil {
+			return err
+		}
+		if !dup {
+			return stop // nil: all listed
+		}
+		// Another replica claimed that number: learn its chunk, and place
+		// the rest after it.
+		c := docs[stored].(*chunkDoc)
+		other, err := s.chunk(ctx, c.Key, c.N)
+		if err != nil {
+			return err
+		}
+		if other == nil {
+			return fmt.Errorf("chunk %s: duplicate key but not found", c.ID)
+		}
+		s.heads.saw(other)
+		parts = parts[stored:]
 	}
-	var parts []part
+	return nil
+}
+
+// split cuts each chainWrite into the records of one chunk each (at most
+// chunkMax records and about chunkMaxBytes).
+func (s *Store) split(ws []chainWrite) []chainWrite {
+	var parts []chainWrite
 	for _, w := range ws {
 		for recs := w.recs; len(recs) > 0; {
 			size, k := 0, 0
@@ -403,102 +371,184 @@ func (s *Store) appendAll(ctx context.Context, ws []chainWrite) error {
 				}
 				k++
 			}
-			parts = append(parts, part{w.key, w.batch, recs[:k]})
+			parts = append(parts, chainWrite{w.key, w.batch, recs[:k]})
 			recs = recs[k:]
 		}
 	}
-	for len(parts) > 0 {
-		if err := ctx.Err(); err != nil {
+	return parts
+}
+
+// place makes a chunk of each part, placed after its chain's head as this
+// process knows it (or finds it by probing), the parts of one chain one
+// after another. stop is the test hook's error when it stopped the write
+// before a part (docs then has the chunks before it).
+func (s *Store) place(ctx context.Context, parts []chainWrite) (docs []any, stop, err error) {
+	prevs := map[string]*chunkDoc{}   // the chunk the next part of a chain follows
+	pending := map[string]*chunkDoc{} // by _id: this round's chunks and those they follow
+	docs = make([]any, 0, len(parts))
+	for _, p := range parts {
+		if s.beforeAppend != nil {
+			if stop = s.beforeAppend(ctx, p.key); stop != nil {
+				return docs, stop, nil
+			}
+		}
+		prev, ok := prevs[p.key]
+		if !ok {
+			if prev = s.heads.newest(p.key); prev == nil {
+				if prev, err = s.head(ctx, p.key); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		c := newChunk(p, prev)
+		if prev != nil {
+			pending[prev.ID] = prev
+		}
+		if err := s.setBlocks(ctx, c, pending); err != nil {
+			return nil, nil, err
+		}
+		docs = append(docs, c)
+		prevs[p.key] = c
+		pending[c.ID] = c
+	}
+	return docs, nil, nil
+}
+
+// newChunk is the chunk of p's records following prev (nil: the first of
+// its chain), without its blocks.
+func newChunk(p chainWrite, prev *chunkDoc) *chunkDoc {
+	c := &chunkDoc{Key: p.key, N: 1, Batch: p.batch, At: time.Now().UTC(),
+		Records: p.recs, Count: int64(len(p.recs)), MinAt: p.recs[0].CreatedAt, MaxAt: p.recs[0].CreatedAt}
+	for _, r := range p.recs {
+		c.MinAt = minTime(c.MinAt, r.CreatedAt)
+		c.MaxAt = maxTime(c.MaxAt, r.CreatedAt)
+	}
+	c.HiAt = c.MaxAt
+	if prev != nil {
+		c.N, c.Pos, c.HiAt = prev.N+1, prev.end(), maxTime(c.MaxAt, prev.HiAt)
+	}
+	c.ID = chunkID(p.key, c.N)
+	return c
+}
+
+// listed notes a chunk this process stored: its chain's head, the cache,
+// and every hintEvery chunks the chain's head hint.
+func (s *Store) listed(ctx context.Context, c *chunkDoc) {
+	s.heads.saw(c)
+	s.cache.put(c)
+	if c.N%hintEvery == 0 || c.N == 1 {
+		s.storeHeadHint(ctx, c.Key, c.N)
+	}
+}
+
+// copyRecords writes the records documents of the type chains' chunks
+// among cs (log_records, chunkdoc.go), those not there yet. A write
+// cut short between its chunks and this leaves them out until its
+// redelivery (chainState) writes them.
+func (s *Store) copyRecords(ctx context.Context, cs []any) error {
+	if !s.recordDocs {
+		return nil
+	}
+	if s.beforeCopy != nil {
+		if err := s.beforeCopy(); err != nil {
 			return err
 		}
-		// Place each part after the chain's head as this process knows it
-		// (or finds it by probing), the parts of one chain one after
-		// another.
-		// prev: the chunk each part follows (nil: the chain is empty).
-		prevs := map[string]*chunkDoc{}
-		pending := map[string]*chunkDoc{} // by _id: this round's chunks and those they follow
-		docs := make([]any, 0, len(parts))
-		var stop error
-		for _, p := range parts {
-			if s.beforeAppend != nil {
-				if stop = s.beforeAppend(ctx, p.key); stop != nil {
-					break
-				}
-			}
-			prev, ok := prevs[p.key]
-			if !ok {
-				if prev = s.heads.hint(p.key); prev == nil {
-					var err error
-					if prev, err = s.head(ctx, p.key); err != nil {
-						return err
-					}
-				}
-			}
-			c := chunkDoc{Key: p.key, N: 1, Batch: p.batch, At: time.Now().UTC(),
-				Records: p.recs, Count: int64(len(p.recs)), MinAt: p.recs[0].CreatedAt, MaxAt: p.recs[0].CreatedAt}
-			for _, r := range p.recs {
-				c.MinAt = minTime(c.MinAt, r.CreatedAt)
-				c.MaxAt = maxTime(c.MaxAt, r.CreatedAt)
-			}
-			c.HiAt = c.MaxAt
-			if prev != nil {
-				c.N, c.Pos, c.HiAt = prev.N+1, prev.end(), maxTime(c.MaxAt, prev.HiAt)
-				pending[prev.ID] = prev
-			}
-			c.ID = chunkID(p.key, c.N)
-			if err := s.setBlocks(ctx, &c, pending); err != nil {
-				return err
-			}
-			docs = append(docs, c)
-			prevs[p.key] = &c
-			pending[c.ID] = &c
+	}
+	return s.writeRecordDocs(ctx, cs)
+}
+
+// writeRecordDocs writes the records documents of the type chains' chunks
+// among cs that are not there yet.
+func (s *Store) writeRecordDocs(ctx context.Context, cs []any) error {
+	var docs []any
+	for _, d := range cs {
+		c := d.(*chunkDoc)
+		if isAppKey(c.Key) {
+			continue
 		}
-		stored, lost := len(docs), -1
-		if len(docs) > 0 {
-			if _, err := s.chunks.InsertMany(ctx, docs, options.InsertMany().SetOrdered(true)); err != nil {
-				var bwe mongo.BulkWriteException
-				if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) != 1 {
-					return err
-				}
-				we := bwe.WriteErrors[0]
-				if we.Index < 0 || we.Index >= len(docs) || !(isDuplicateCode(we.Code) || mongox.IsDuplicate(errors.New(we.Message))) {
-					return err
-				}
-				stored, lost = we.Index, we.Index
-			}
-		}
-		for _, d := range docs[:stored] {
-			c := d.(chunkDoc)
-			s.heads.saw(&c)
-			s.cache.put(&c)
-			if c.N%hintEvery == 0 || c.N == 1 {
-				s.hint(ctx, c.Key, c.N)
-			}
-		}
-		if lost < 0 {
-			return stop // nil: all listed
-		}
-		// Another replica claimed that number: learn its chunk, and place
-		// the rest after it.
-		c := docs[lost].(chunkDoc)
-		other, err := s.chunk(ctx, c.Key, c.N)
+		raw, err := recordsDoc(c)
 		if err != nil {
 			return err
 		}
-		if other == nil {
-			return fmt.Errorf("chunk %s: duplicate key but not found", c.ID)
-		}
-		s.heads.saw(other)
-		parts = parts[lost:]
+		docs = append(docs, raw)
 	}
-	return nil
+	if len(docs) == 0 {
+		return nil
+	}
+	return insertNew(ctx, s.records, docs)
 }
 
-// hint stores the chunk number as the key's starting point for processes
-// that have not seen the chain yet (best effort: a lost or stale hint only
+// CopyAllRecords writes the records documents of every kept chunk of the
+// type chains that has none (those stored before log_records existed, or
+// with LOGS_RECORD_DOCUMENTS off), 16 chunks at a time, and returns how
+// many chunks it looked at. It reads every chunk of the type chains once:
+// a one-off for an operator (cmd/copyrecords), safe to run again and
+// beside running replicas.
+func (s *Store) CopyAllRecords(ctx context.Context) (int, error) {
+	const per = 16
+	looked := 0
+	for _, typ := range logs.Types {
+		key := typeKey(typ)
+		head, err := s.head(ctx, key)
+		if err != nil || head == nil {
+			if err != nil {
+				return looked, err
+			}
+			continue
+		}
+		tail, err := s.tail(ctx, key, head.N)
+		if err != nil {
+			return looked, err
+		}
+		var batch []any
+		for n := tail; n <= head.N; n++ {
+			c, err := s.storedChunk(ctx, key, n)
+			if err != nil {
+				return looked, err
+			}
+			if c != nil {
+				looked++
+				batch = append(batch, c)
+			}
+			if len(batch) == per || (n == head.N && len(batch) > 0) {
+				if err := s.writeRecordDocs(ctx, batch); err != nil {
+					return looked, err
+				}
+				batch = batch[:0]
+			}
+		}
+	}
+	return looked, nil
+}
+
+// insertOrdered inserts docs in one ordered insert. It returns how many
+// were stored (a prefix) and whether the insert stopped at docs[stored]
+// on a duplicate _id (a number another writer claimed first); only
+// docs[from:] may be duplicates, any other failure is err.
+func insertOrdered(ctx context.Context, coll *mongo.Collection, docs []any, from int) (stored int, dup bool, err error) {
+	if len(docs) == 0 {
+		return 0, false, nil
+	}
+	_, err = coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(true))
+	if err == nil {
+		return len(docs), false, nil
+	}
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) != 1 {
+		return 0, false, err
+	}
+	we := bwe.WriteErrors[0]
+	if we.Index < from || we.Index >= len(docs) || !(isDuplicateCode(we.Code) || mongox.IsDuplicate(errors.New(we.Message))) {
+		return 0, false, err
+	}
+	return we.Index, true, nil
+}
+
+// storeHeadHint stores the chunk number as the key's head hint, the
+// starting point of processes that have not seen the chain yet (best effort: a lost or stale hint only
 // costs a few more probes).
-func (s *Store) hint(ctx context.Context, key string, n int64) {
-	_, _ = s.hints.UpdateOne(ctx, bson.M{"_id": key}, bson.M{"$max": bson.M{"n": n}}, options.UpdateOne().SetUpsert(true))
+func (s *Store) storeHeadHint(ctx context.Context, key string, n int64) {
+	_, _ = s.headHints.UpdateOne(ctx, bson.M{"_id": key}, bson.M{"$max": bson.M{"n": n}}, options.UpdateOne().SetUpsert(true))
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -516,14 +566,15 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // listedIn reports which records a write (batch) listed in key's chain,
-// looking from chunk from up to the head.
-func (s *Store) listedIn(ctx context.Context, key string, from int64, batch string) (map[bson.ObjectID]bool, error) {
+// looking from chunk from up to the head, and in which chunks.
+func (s *Store) listedIn(ctx context.Context, key string, from int64, batch string) (map[bson.ObjectID]bool, []any, error) {
 	out := map[bson.ObjectID]bool{}
+	var chunks []any
 	var first time.Time
 	for n := max(from, 1); n < from+relistScan; n++ {
 		c, err := s.chunk(ctx, key, n)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if c == nil {
 			if n == max(from, 1) {
@@ -531,7 +582,7 @@ func (s *Store) listedIn(ctx context.Context, key string, from int64, batch stri
 				// older than the retention): nothing to find there.
 				h, err := s.head(ctx, key)
 				if err != nil || h == nil || h.N <= n {
-					return out, err
+					return out, nil, err
 				}
 				continue
 			}
@@ -548,17 +599,18 @@ func (s *Store) listedIn(ctx context.Context, key string, from int64, batch stri
 		if c.Batch != batch {
 			continue
 		}
+		chunks = append(chunks, c)
 		for _, r := range c.Records {
 			out[r.ID] = true
 		}
 	}
-	return out, nil
+	return out, chunks, nil
 }
 
-// relistDoc marks that the records of a write (batch) missing from a chain
-// are being listed again, as batch+"r", from chunk From on. It is written
-// before those chunks, so a crash during the relisting is found the same
-// way next time.
+// relistDoc (a relist mark, in log_ids) marks that the records of a write
+// (batch) missing from a chain are being listed again, as batch+"r", from
+// chunk From on. It is written before those chunks, so a crash during the
+// relisting is found the same way next time.
 type relistDoc struct {
 	ID   string    `bson:"_id"`
 	From int64     `bson:"from"`
@@ -566,6 +618,18 @@ type relistDoc struct {
 }
 
 func relistID(key, batch string) string { return "r|" + key + "|" + batch }
+
+// relistMark reads the relist mark of batch in key's chain (nil: none):
+// from log_ids, else from log_heads, where versions before it moved kept
+// them (retention removes those with the writes they belong to).
+func (s *Store) relistMark(ctx context.Context, key, batch string) (*relistDoc, error) {
+	for _, coll := range []*mongo.Collection{s.ids, s.headHints} {
+		if d, err := byID[relistDoc](ctx, coll, relistID(key, batch)); d != nil || err != nil {
+			return d, err
+		}
+	}
+	return nil, nil
+}
 
 // chainState is what a redelivery needs to know about one write in one
 // chain: which records it (or its relisting) listed there.
@@ -575,27 +639,32 @@ type chainState struct {
 	records []chunkRec // to list again, as batch+"r"
 }
 
+// chainState reads the state of the write r in key's chain. In a type
+// chain it also writes the records documents of the chunks it found,
+// which the write may have stopped before.
 func (s *Store) chainState(ctx context.Context, key string, r ref) (*chainState, error) {
-	listed, err := s.listedIn(ctx, key, r.N, r.Batch)
+	listed, chunks, err := s.listedIn(ctx, key, r.N, r.Batch)
 	if err != nil {
 		return nil, err
 	}
 	st := &chainState{listed: listed}
-	var d relistDoc
-	err = s.hints.FindOne(ctx, bson.M{"_id": relistID(key, r.Batch)}).Decode(&d)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return st, nil
-	case err != nil:
-		return nil, err
-	}
-	st.relist = &d
-	again, err := s.listedIn(ctx, key, d.From, r.Batch+"r")
+	d, err := s.relistMark(ctx, key, r.Batch)
 	if err != nil {
 		return nil, err
 	}
-	for id := range again {
-		st.listed[id] = true
+	if d != nil {
+		st.relist = d
+		again, more, err := s.listedIn(ctx, key, d.From, r.Batch+"r")
+		if err != nil {
+			return nil, err
+		}
+		for id := range again {
+			st.listed[id] = true
+		}
+		chunks = append(chunks, more...)
+	}
+	if err := s.copyRecords(ctx, chunks); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

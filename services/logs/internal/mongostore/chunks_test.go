@@ -13,6 +13,7 @@ import (
 
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/logs/storetest"
 	"github.com/acme/platform/services/logs/internal/mongostore"
 )
 
@@ -94,7 +95,7 @@ func want(lo, hi int, keep func(k int) bool) []string {
 
 func checkOnce(t *testing.T, st *mongostore.Store, appID string, n int) {
 	t.Helper()
-	ids, err := st.Listed(context.Background(), appID)
+	ids, err := storetest.All(context.Background(), st, appID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,19 +419,24 @@ func TestFilterScanBoundResumes(t *testing.T) {
 // the type chain and the app chain) is completed by the retry of the same
 // records, which lists each record once in every chain; records already
 // complete are not listed again.
+//
+// Relist marks kept where older versions put them (log_heads) are found
+// too: without them the second redelivery would list records again.
 func TestRetryAfterCrashListsOnce(t *testing.T) {
-	for _, crashAt := range []string{"before the chains", "between the chains"} {
+	for _, crashAt := range []string{"before the chains", "between the chains", "between the chains, old relist marks", "before the records documents"} {
 		t.Run(crashAt, func(t *testing.T) {
 			st := newStore(t)
 			insert(t, st, recs(0, 100, "log"))
 			batch := recs(100, 200, "log")
 			mongostore.FailBeforeAppend(st, func(key string) bool {
-				return crashAt == "before the chains" || key != mongostore.TypeKey("log")
+				return crashAt == "before the chains" || (strings.HasPrefix(crashAt, "between") && key != mongostore.TypeKey("log"))
 			})
+			mongostore.FailBeforeCopy(st, crashAt == "before the records documents")
 			if _, err := st.InsertBatch(context.Background(), slices.Clone(batch)); err == nil {
 				t.Fatal("the crash hook did not stop the write")
 			}
 			mongostore.FailBeforeAppend(st, nil)
+			mongostore.FailBeforeCopy(st, false)
 			// Other writes (another process) move the chains on meanwhile.
 			other := mongostore.New(st.Database())
 			insert(t, other, recs(400, 30, "log"))
@@ -439,12 +445,18 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 			again := append(slices.Clone(batch), recs(300, 50, "log")...)
 			again = append(again, recs(0, 10, "log")...)
 			insert(t, st, again)
+			if strings.HasSuffix(crashAt, "old relist marks") {
+				if n, err := mongostore.MoveRelistMarksToHeads(context.Background(), st); err != nil || n == 0 {
+					t.Fatalf("moved %d relist marks (%v)", n, err)
+				}
+			}
 			insert(t, st, batch) // a second redelivery changes nothing
 			// nor does one to a replica that has seen none of it
 			insert(t, mongostore.New(st.Database()), batch)
 			checkOnce(t, st, "", 410)
 			checkOnce(t, st, "appA", 205)
 			checkOnce(t, st, "appB", 205)
+			checkRecordsDocuments(t, st)
 			for _, key := range []string{mongostore.TypeKey("log"), mongostore.AppKey("appA", "log"), mongostore.AppKey("appB", "log")} {
 				if err := mongostore.CheckBlocks(context.Background(), st, key); err != nil {
 					t.Fatal(err)
@@ -499,6 +511,7 @@ func TestConcurrentWriters(t *testing.T) {
 	st := mongostore.New(db)
 	total := writers * batches * per
 	checkOnce(t, st, "", total)
+	checkRecordsDocuments(t, st)
 	checkOnce(t, st, "appA", total/2)
 	for _, key := range []string{mongostore.TypeKey("log"), mongostore.AppKey("appA", "log"), mongostore.AppKey("appB", "log")} {
 		if err := mongostore.CheckBlocks(context.Background(), st, key); err != nil {
@@ -543,6 +556,7 @@ func TestRetention(t *testing.T) {
 	}
 	insert(t, st, recs(300, 10, "log"))
 	checkOnce(t, st, "", 110)
+	checkRecordsDocuments(t, st)
 }
 
 // Retention visits every chain in the database: the records of an app
@@ -577,7 +591,7 @@ func TestRetentionOfAnAppNoLongerConfigured(t *testing.T) {
 	// Every chain keeps only its newest chunk: the last batch's 50 records
 	// of each app.
 	for _, a := range apps {
-		got, err := later.Listed(ctx, a.ID)
+		got, err := storetest.All(ctx, later, a.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -626,7 +640,7 @@ func TestRecordFieldsRoundTrip(t *testing.T) {
 	other := mongostore.New(st.Database())
 	for _, reader := range []*mongostore.Store{st, other} {
 		for _, appID := range []string{"", apps[0].ID, apps[1].ID} {
-			got, err := reader.Listed(ctx, appID)
+			got, err := storetest.All(ctx, reader, appID)
 			if err != nil {
 				t.Fatal(err)
 			}

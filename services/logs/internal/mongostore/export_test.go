@@ -3,10 +3,13 @@ package mongostore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"slices"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // FailBeforeAppend makes InsertBatch fail before listing in a chain for
@@ -51,8 +54,8 @@ func CheckBlocks(ctx context.Context, s *Store, key string) error {
 		f := make([]byte, bloomBytes)
 		for _, r := range c.Records {
 			hi, lo = maxTime(hi, r.CreatedAt), minTime(lo, r.CreatedAt)
-			if r.MetricsID != nil {
-				for _, p := range bloomPositions(*r.MetricsID) {
+			if r.MetricsID != "" {
+				for _, p := range bloomPositions(r.MetricsID) {
 					f[p/8] |= 1 << (p % 8)
 				}
 			}
@@ -113,3 +116,64 @@ func fill(f []byte) int {
 // ChunkReads is how many chunks the store has read from the server (not
 // from its cache).
 func ChunkReads(s *Store) int64 { return s.chunkReads.Load() }
+
+// legacyChunk is a chunk as earlier versions encoded it, by reflection.
+type legacyChunk struct {
+	ID    string      `bson:"_id"`
+	Key   string      `bson:"key"`
+	N     int64       `bson:"n"`
+	Pos   int64       `bson:"pos"`
+	Count int64       `bson:"count"`
+	Batch string      `bson:"batch"`
+	MinAt time.Time   `bson:"minAt"`
+	MaxAt time.Time   `bson:"maxAt"`
+	At    time.Time   `bson:"at"`
+	HiAt  time.Time   `bson:"hiAt"`
+	Low   []byte      `bson:"low,omitempty"`
+	Bloom []byte      `bson:"bloom,omitempty"`
+	R     bson.Binary `bson:"r"`
+}
+
+func toLegacy(c chunkDoc) (legacyChunk, error) {
+	inner, err := packRecords(c.Records, c.Key[0] == 't')
+	if err != nil {
+		return legacyChunk{}, err
+	}
+	l := legacyChunk{ID: c.ID, Key: c.Key, N: c.N, Pos: c.Pos, Count: c.Count, Batch: c.Batch, MinAt: c.MinAt, MaxAt: c.MaxAt,
+		At: c.At, HiAt: c.HiAt, Bloom: encodeBlooms(c.Bloom), R: bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: inner}}
+	for _, t := range c.Low {
+		l.Low = binary.BigEndian.AppendUint64(l.Low, uint64(t.UnixMilli()))
+	}
+	return l, nil
+}
+
+// FailBeforeCopy makes writes fail before they write records documents
+// (a crash between a write's chunks and their copy), while fail is set.
+func FailBeforeCopy(s *Store, fail bool) {
+	s.beforeCopy = nil
+	if fail {
+		s.beforeCopy = func() error { return errCrash }
+	}
+}
+
+// MoveRelistMarksToHeads moves the relist marks from log_ids to log_heads,
+// where versions before them kept them, and reports how many it moved.
+func MoveRelistMarksToHeads(ctx context.Context, s *Store) (int, error) {
+	cur, err := s.ids.Find(ctx, bson.M{"_id": bson.M{"$regex": "^r\\|"}})
+	if err != nil {
+		return 0, err
+	}
+	var marks []relistDoc
+	if err := cur.All(ctx, &marks); err != nil {
+		return 0, err
+	}
+	for _, m := range marks {
+		if _, err := s.headHints.InsertOne(ctx, m); err != nil {
+			return 0, err
+		}
+		if _, err := s.ids.DeleteOne(ctx, bson.M{"_id": m.ID}); err != nil {
+			return 0, err
+		}
+	}
+	return len(marks), nil
+}

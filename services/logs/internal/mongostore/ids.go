@@ -9,9 +9,9 @@ package mongostore
 //     records which of those chains are the record's (a cursor finds the
 //     record from there);
 //   - for the records that came from the stream, slot documents
-//     "s|<stream tag>|<block>|<k>": slot k of a block of 64 stream
-//     sequences lists the sequences this write took in the block. Slots of
-//     a block are numbered densely from 1 and claimed by inserting them
+//     "s|<stream tag>|<range>|<k>": slot k of a range of 64 stream
+//     sequences lists the sequences this write took in the range. Slots of
+//     a range are numbered densely from 1 and claimed by inserting them
 //     (the unique _id decides between replicas), and a sequence belongs to
 //     the lowest slot that lists it.
 //
@@ -30,7 +30,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -41,22 +40,20 @@ import (
 	"github.com/acme/platform/pkg/mongox"
 	"github.com/acme/platform/services/logs/internal/logs"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// slotBlock is how many stream sequences one block of slots covers: a
-// block holds at most that many slots (one record per write when records
-// trickle in), and finding a cold sequence reads its block's slots up to
+// rangeSeqs is how many stream sequences one range of slots covers: a
+// range holds at most that many slots (one record per write when records
+// trickle in), and finding a cold sequence reads its range's slots up to
 // the one holding it. A write of 500 records claims about 8 slots, in the
 // same insert as its batch document.
-const slotBlock = 64
+const rangeSeqs = 64
 
-// slotCacheMax bounds the blocks whose slots a process keeps; the least
+// slotCacheMax bounds the ranges whose slots a process keeps; the least
 // recently used quarter goes when it is reached.
 const slotCacheMax = 1024
 
-// probeParallel: slots of a cold block are read this many at a time.
+// probeParallel: slots of a cold range are read this many at a time.
 const probeParallel = 16
 
 // batchDoc is a write's intent.
@@ -132,19 +129,19 @@ func batchRecordID(batch string, i int) (bson.ObjectID, error) {
 
 // slotDoc claims stream sequences for a write.
 type slotDoc struct {
-	ID    string    `bson:"_id"` // "s|<tag>|<block>|<k>"
+	ID    string    `bson:"_id"` // "s|<tag>|<range>|<k>"
 	Batch string    `bson:"b"`
-	Q     []byte    `bson:"q"` // uvarint pairs: sequence - block start, index in the write
+	Q     []byte    `bson:"q"` // uvarint pairs: sequence - range start, index in the write
 	At    time.Time `bson:"at"`
 
 	seqs map[uint64]uint32 // decoded Q
 }
 
-func slotID(block string, k int) string { return "s|" + block + "|" + strconv.Itoa(k) }
+func slotID(rng string, k int) string { return "s|" + rng + "|" + strconv.Itoa(k) }
 
-// blockOf names the block of seq in the stream tagged tag.
-func blockOf(tag string, seq uint64) string {
-	return tag + "|" + strconv.FormatUint(seq/slotBlock, 10)
+// rangeOf names the range of seq in the stream tagged tag.
+func rangeOf(tag string, seq uint64) string {
+	return tag + "|" + strconv.FormatUint(seq/rangeSeqs, 10)
 }
 
 func (d *slotDoc) decode() error {
@@ -153,7 +150,7 @@ func (d *slotDoc) decode() error {
 	if len(parts) != 4 {
 		return fmt.Errorf("slot %q: malformed id", d.ID)
 	}
-	block, err := strconv.ParseUint(parts[2], 10, 64)
+	first, err := strconv.ParseUint(parts[2], 10, 64)
 	if err != nil {
 		return fmt.Errorf("slot %q: %w", d.ID, err)
 	}
@@ -163,33 +160,33 @@ func (d *slotDoc) decode() error {
 			return fmt.Errorf("slot %q: malformed sequences", d.ID)
 		}
 		i, n2 := binary.Uvarint(b[n1:])
-		if n2 <= 0 || off >= slotBlock || i > 1<<32-1 {
+		if n2 <= 0 || off >= rangeSeqs || i > 1<<32-1 {
 			return fmt.Errorf("slot %q: malformed sequences", d.ID)
 		}
-		d.seqs[block*slotBlock+off] = uint32(i)
+		d.seqs[first*rangeSeqs+off] = uint32(i)
 		b = b[n1+n2:]
 	}
 	return nil
 }
 
-// slots caches the slots of recently used blocks (they never change once
+// slots caches the slots of recently used ranges (they never change once
 // claimed), densely from slot 1.
 type slots struct {
 	mu     sync.Mutex
-	blocks map[string]*cachedBlock
+	ranges map[string]*cachedRange
 	tick   uint64
 	lock   map[string]*sync.Mutex
 }
 
-type cachedBlock struct {
+type cachedRange struct {
 	slots []*slotDoc
 	used  uint64
 }
 
-func (c *slots) get(block string) []*slotDoc {
+func (c *slots) get(rng string) []*slotDoc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cb := c.blocks[block]
+	cb := c.ranges[rng]
 	if cb == nil {
 		return nil
 	}
@@ -198,20 +195,20 @@ func (c *slots) get(block string) []*slotDoc {
 	return cb.slots
 }
 
-// add records slot k of block (ignored unless it is the next one).
-func (c *slots) add(block string, k int, d *slotDoc) {
+// add records slot k of rng (ignored unless it is the next one).
+func (c *slots) add(rng string, k int, d *slotDoc) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cb := c.blocks[block]
+	cb := c.ranges[rng]
 	if cb == nil {
 		if k != 1 {
 			return
 		}
-		if len(c.blocks) >= slotCacheMax {
+		if len(c.ranges) >= slotCacheMax {
 			c.evict()
 		}
-		cb = &cachedBlock{}
-		c.blocks[block] = cb
+		cb = &cachedRange{}
+		c.ranges[rng] = cb
 	}
 	if len(cb.slots) != k-1 {
 		return
@@ -221,33 +218,33 @@ func (c *slots) add(block string, k int, d *slotDoc) {
 	cb.used = c.tick
 }
 
-// evict drops the least recently used quarter of the blocks.
+// evict drops the least recently used quarter of the ranges.
 func (c *slots) evict() {
 	type use struct {
 		key  string
 		used uint64
 	}
-	all := make([]use, 0, len(c.blocks))
-	for k, cb := range c.blocks {
+	all := make([]use, 0, len(c.ranges))
+	for k, cb := range c.ranges {
 		all = append(all, use{k, cb.used})
 	}
 	slices.SortFunc(all, func(a, b use) int { return cmp.Compare(a.used, b.used) })
 	for _, u := range all[:len(all)/4+1] {
-		delete(c.blocks, u.key)
+		delete(c.ranges, u.key)
 		delete(c.lock, u.key)
 	}
 }
 
-// lockBlocks serialises this process's claims in the given blocks (sorted,
+// lockRanges serialises this process's claims in the given ranges (sorted,
 // so two writes never wait for each other in opposite orders).
-func (c *slots) lockBlocks(blocks []string) func() {
+func (c *slots) lockRanges(ranges []string) func() {
 	var ms []*sync.Mutex
 	c.mu.Lock()
-	for _, b := range blocks {
-		m := c.lock[b]
+	for _, r := range ranges {
+		m := c.lock[r]
 		if m == nil {
 			m = &sync.Mutex{}
-			c.lock[b] = m
+			c.lock[r] = m
 		}
 		ms = append(ms, m)
 	}
@@ -278,9 +275,9 @@ func ownerIn(ss []*slotDoc, seq uint64) (owner, bool) {
 	return owner{}, false
 }
 
-// readSlot reads slot k of block (nil when there is none).
-func (s *Store) readSlot(ctx context.Context, block string, k int) (*slotDoc, error) {
-	d, err := byID[slotDoc](ctx, s.ids, slotID(block, k))
+// readSlot reads slot k of rng (nil when there is none).
+func (s *Store) readSlot(ctx context.Context, rng string, k int) (*slotDoc, error) {
+	d, err := byID[slotDoc](ctx, s.ids, slotID(rng, k))
 	if err != nil || d == nil {
 		return nil, err
 	}
@@ -290,13 +287,13 @@ func (s *Store) readSlot(ctx context.Context, block string, k int) (*slotDoc, er
 	return d, nil
 }
 
-// ownerOf finds the write that took seq in block (ok false: none did):
-// in the cached slots of the block, then in the next ones, read
+// ownerOf finds the write that took seq in rng (ok false: none did):
+// in the cached slots of the range, then in the next ones, read
 // probeParallel at a time until one is missing. A sequence is in one slot at
 // most (a writer leaves out those a lower slot holds), so the search stops
 // there.
-func (s *Store) ownerOf(ctx context.Context, block string, seq uint64) (owner, bool, error) {
-	have := s.slots.get(block)
+func (s *Store) ownerOf(ctx context.Context, rng string, seq uint64) (owner, bool, error) {
+	have := s.slots.get(rng)
 	if o, ok := ownerIn(have, seq); ok {
 		return o, true, nil
 	}
@@ -306,7 +303,7 @@ func (s *Store) ownerOf(ctx context.Context, block string, seq uint64) (owner, b
 		errs := make([]error, probeParallel)
 		var wg sync.WaitGroup
 		for i := range probeParallel {
-			wg.Go(func() { got[i], errs[i] = s.readSlot(ctx, block, base+1+i) })
+			wg.Go(func() { got[i], errs[i] = s.readSlot(ctx, rng, base+1+i) })
 		}
 		wg.Wait()
 		for i, d := range got {
@@ -317,7 +314,7 @@ func (s *Store) ownerOf(ctx context.Context, block string, seq uint64) (owner, b
 				return owner{}, false, nil
 			}
 			have = append(have[:len(have):len(have)], d)
-			s.slots.add(block, len(have), d)
+			s.slots.add(rng, len(have), d)
 			if o, ok := ownerIn(have[len(have)-1:], seq); ok {
 				return o, true, nil
 			}
@@ -335,22 +332,22 @@ type streamSeq struct {
 // claim stores the write's batch document and claims its records' stream
 // sequences. It returns, for each record whose sequence a lower slot holds
 // (a redelivery), the write that took it.
-func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]streamSeq) (map[int]owner, error) {
-	blocks := make([]string, 0, len(byBlock))
-	for b := range byBlock {
-		blocks = append(blocks, b)
+func (s *Store) claim(ctx context.Context, bd batchDoc, byRange map[string][]streamSeq) (map[int]owner, error) {
+	ranges := make([]string, 0, len(byRange))
+	for r := range byRange {
+		ranges = append(ranges, r)
 	}
-	slices.Sort(blocks)
-	defer s.slots.lockBlocks(blocks)()
+	slices.Sort(ranges)
+	defer s.slots.lockRanges(ranges)()
 
 	batch := strings.TrimPrefix(bd.ID, "b|")
 	olds := map[int]owner{}
-	pending := blocks
-	// known: the slots of each block from 1 on, as far as this write has
+	pending := ranges
+	// known: the slots of each range from 1 on, as far as this write has
 	// seen them (the cache's, then what it claims or finds claimed); the
-	// cache may drop a block meanwhile, this may not.
+	// cache may drop a range meanwhile, this may not.
 	known := map[string][]*slotDoc{}
-	for _, b := range blocks {
+	for _, b := range ranges {
 		known[b] = s.slots.get(b)
 	}
 	learn := func(b string, d *slotDoc) {
@@ -359,12 +356,12 @@ func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]str
 	}
 	withBatch := true // the batch document is still to insert (docs[0])
 	type claimed struct {
-		block string
-		k     int
-		d     *slotDoc
+		rng string
+		k   int
+		d   *slotDoc
 	}
 	for {
-		// Claim the next slot of each pending block, with the sequences no
+		// Claim the next slot of each pending range, with the sequences no
 		// known slot holds.
 		var docs []any
 		var claims []claimed
@@ -374,12 +371,12 @@ func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]str
 		for _, b := range pending {
 			have := known[b]
 			d := &slotDoc{Batch: batch, At: bd.At, seqs: map[uint64]uint32{}}
-			for _, x := range byBlock[b] {
+			for _, x := range byRange[b] {
 				if o, ok := ownerIn(have, x.seq); ok {
 					olds[x.i] = o
 					continue
 				}
-				d.Q = binary.AppendUvarint(d.Q, x.seq%slotBlock)
+				d.Q = binary.AppendUvarint(d.Q, x.seq%rangeSeqs)
 				d.Q = binary.AppendUvarint(d.Q, uint64(x.i))
 				d.seqs[x.seq] = uint32(x.i)
 			}
@@ -393,40 +390,35 @@ func (s *Store) claim(ctx context.Context, bd batchDoc, byBlock map[string][]str
 		if len(docs) == 0 {
 			return olds, nil
 		}
-		off := len(docs) - len(claims) // 1 while the batch document is in docs
-		done := len(docs)              // docs[:done] are stored
+		off := len(docs) - len(claims)                         // 1 while the batch document is in docs
+		done, dup, err := insertOrdered(ctx, s.ids, docs, off) // docs[:done] are stored
+		if err != nil {
+			return nil, err
+		}
 		var lost *claimed
-		if _, err := s.ids.InsertMany(ctx, docs, options.InsertMany().SetOrdered(true)); err != nil {
-			var bwe mongo.BulkWriteException
-			if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) != 1 {
-				return nil, err
-			}
-			we := bwe.WriteErrors[0]
-			if we.Index < off || we.Index >= len(docs) || !(isDuplicateCode(we.Code) || mongox.IsDuplicate(errors.New(we.Message))) {
-				return nil, err
-			}
-			done, lost = we.Index, &claims[we.Index-off]
+		if dup {
+			lost = &claims[done-off]
 		}
 		withBatch = false
 		pending = pending[:0:0]
 		for j, c := range claims {
 			if j+off < done {
-				learn(c.block, c.d)
+				learn(c.rng, c.d)
 			} else {
-				pending = append(pending, c.block)
+				pending = append(pending, c.rng)
 			}
 		}
 		if lost != nil {
 			// Another write claimed that slot first: learn it, and try the
 			// next one.
-			d, err := s.readSlot(ctx, lost.block, lost.k)
+			d, err := s.readSlot(ctx, lost.rng, lost.k)
 			if err != nil {
 				return nil, err
 			}
 			if d == nil {
 				return nil, fmt.Errorf("slot %s: duplicate key but not found", lost.d.ID)
 			}
-			learn(lost.block, d)
+			learn(lost.rng, d)
 		}
 	}
 }
@@ -446,7 +438,7 @@ func (s *Store) whereIs(ctx context.Context, id bson.ObjectID) (typ, app chainRe
 		copy(sb[2:], id[6:])
 		seq := binary.BigEndian.Uint64(sb[:])
 		var err error
-		if o, ok, err = s.ownerOf(ctx, blockOf(hex.EncodeToString(id[1:6]), seq), seq); err != nil || !ok {
+		if o, ok, err = s.ownerOf(ctx, rangeOf(hex.EncodeToString(id[1:6]), seq), seq); err != nil || !ok {
 			return typ, app, false, err
 		}
 	case logs.IDKindBatch:
@@ -472,30 +464,76 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 		return per, nil
 	}
 	batch := newBatchID()
-	// Warm the head cache of each chain first, so that the intended chunk
-	// numbers are close to where the records land.
+	bd, err := s.newBatchDoc(ctx, batch, rs)
+	if err != nil {
+		return nil, err
+	}
+	ids, byRange := recordIDs(batch, rs, per)
+	olds, err := s.claim(ctx, bd, byRange)
+	if err != nil {
+		return nil, err
+	}
+	var ws chainWrites
+	again := redeliveries{s: s, states: map[chainBatch]*chainState{}, firstWrites: map[string]*batchDoc{}}
+	for i, r := range rs {
+		if per[i] != nil {
+			continue
+		}
+		c := toChunkRec(ids[i], r)
+		o, dup := olds[i]
+		if !dup {
+			ws.add(chainBatch{typeKey(r.Type), batch}, c)
+			ws.add(chainBatch{appKey(r.AppID, r.Type), batch}, c)
+			continue
+		}
+		per[i] = logs.ErrDuplicate
+		if err := again.add(ctx, o, c); err != nil {
+			return nil, err
+		}
+	}
+	if err := again.mark(ctx, &ws); err != nil {
+		return nil, err
+	}
+	if err := s.appendAll(ctx, ws.sorted()); err != nil {
+		return nil, err
+	}
+	return per, nil
+}
+
+// newBatchDoc is the batch document of a write of rs: the chains it lists
+// records in, each at the chunk after the head this process knows (warmed
+// first, so that the intended chunk numbers are close to where the records
+// land), and each record's two chains.
+func (s *Store) newBatchDoc(ctx context.Context, batch string, rs []logs.Record) (batchDoc, error) {
 	chainIdx := map[string]int{}
 	bd := batchDoc{ID: batchDocID(batch), At: time.Now().UTC()}
 	for _, r := range rs {
 		for _, key := range []string{typeKey(r.Type), appKey(r.AppID, r.Type)} {
-			if _, ok := chainIdx[key]; ok {
-				continue
-			}
-			if s.heads.get(key) == 0 {
-				if _, err := s.head(ctx, key); err != nil {
-					return nil, err
+			if _, ok := chainIdx[key]; !ok {
+				if s.heads.get(key) == 0 {
+					if _, err := s.head(ctx, key); err != nil {
+						return bd, err
+					}
 				}
+				chainIdx[key] = len(bd.Chains)
+				bd.Chains = append(bd.Chains, chunkID(key, s.heads.get(key)+1))
 			}
-			chainIdx[key] = len(bd.Chains)
-			bd.Chains = append(bd.Chains, chunkID(key, s.heads.get(key)+1))
 		}
-	}
-	ids := make([]bson.ObjectID, len(rs))
-	byBlock := map[string][]streamSeq{}
-	seen := map[bson.ObjectID]bool{} // one message twice in a write: the second is a duplicate
-	for i, r := range rs {
 		bd.Recs = binary.AppendUvarint(bd.Recs, uint64(chainIdx[typeKey(r.Type)]))
 		bd.Recs = binary.AppendUvarint(bd.Recs, uint64(chainIdx[appKey(r.AppID, r.Type)]))
+	}
+	return bd, nil
+}
+
+// recordIDs sets the id of each record of a write (in rs too) and groups
+// the stream records by range of sequences. A record with no possible id
+// gets an error in per, one that came twice in the write ErrDuplicate the
+// second time.
+func recordIDs(batch string, rs []logs.Record, per []error) ([]bson.ObjectID, map[string][]streamSeq) {
+	ids := make([]bson.ObjectID, len(rs))
+	byRange := map[string][]streamSeq{}
+	seen := map[bson.ObjectID]bool{}
+	for i, r := range rs {
 		var err error
 		if r.Stream == "" {
 			ids[i], err = batchRecordID(batch, i)
@@ -513,115 +551,118 @@ func (s *Store) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, err
 		}
 		seen[ids[i]] = true
 		if r.Stream != "" {
-			byBlock[blockOf(r.Stream, r.Seq)] = append(byBlock[blockOf(r.Stream, r.Seq)], streamSeq{i, r.Seq})
+			rng := rangeOf(r.Stream, r.Seq)
+			byRange[rng] = append(byRange[rng], streamSeq{i, r.Seq})
 		}
 	}
-	olds, err := s.claim(ctx, bd, byBlock)
-	if err != nil {
-		return nil, err
-	}
+	return ids, byRange
+}
 
-	type chainBatch struct{ key, batch string }
-	writes := map[chainBatch][]chunkRec{}
-	var order []chainBatch
-	add := func(w chainBatch, c chunkRec) {
-		if _, ok := writes[w]; !ok {
-			order = append(order, w)
-		}
-		writes[w] = append(writes[w], c)
+// chainBatch names the records a write lists in one chain, under its batch
+// (or batch+"r" for a relisting).
+type chainBatch struct{ key, batch string }
+
+// chainWrites gathers a write's records per chain and batch.
+type chainWrites struct {
+	recs  map[chainBatch][]chunkRec
+	order []chainBatch
+}
+
+func (w *chainWrites) add(k chainBatch, c chunkRec) {
+	if w.recs == nil {
+		w.recs = map[chainBatch][]chunkRec{}
 	}
-	states := map[chainBatch]*chainState{} // by chain and first write
-	firstWrites := map[string]*batchDoc{}
-	for i, r := range rs {
-		if per[i] != nil {
-			continue
+	if _, ok := w.recs[k]; !ok {
+		w.order = append(w.order, k)
+	}
+	w.recs[k] = append(w.recs[k], c)
+}
+
+// sorted returns the writes by chain and batch, each's records in time
+// order.
+func (w *chainWrites) sorted() []chainWrite {
+	slices.SortFunc(w.order, func(a, b chainBatch) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.batch, b.batch)) })
+	out := make([]chainWrite, len(w.order))
+	for i, k := range w.order {
+		recs := w.recs[k]
+		slices.SortStableFunc(recs, func(a, b chunkRec) int { return a.CreatedAt.Compare(b.CreatedAt) })
+		out[i] = chainWrite{k.key, k.batch, recs}
+	}
+	return out
+}
+
+// redeliveries finds, for the records of a write that earlier writes took
+// (the same messages), the chains where those writes did not list them.
+type redeliveries struct {
+	s           *Store
+	states      map[chainBatch]*chainState // by chain and first write
+	firstWrites map[string]*batchDoc
+}
+
+// add checks both chains of record c, which the write o took first.
+func (r *redeliveries) add(ctx context.Context, o owner, c chunkRec) error {
+	first, ok := r.firstWrites[o.batch]
+	if !ok {
+		var err error
+		if first, err = r.s.readBatch(ctx, o.batch); err != nil {
+			return err
 		}
-		c := toChunkRec(ids[i], r)
-		inApp := c
-		inApp.AppID = ""
-		o, dup := olds[i]
-		if !dup {
-			add(chainBatch{typeKey(r.Type), batch}, c)
-			add(chainBatch{appKey(r.AppID, r.Type), batch}, inApp)
-			continue
-		}
-		// A redelivery (the same message: the same record): each chain is
-		// checked for the first write.
-		per[i] = logs.ErrDuplicate
-		first, ok := firstWrites[o.batch]
-		if !ok {
-			if first, err = s.readBatch(ctx, o.batch); err != nil {
-				return nil, err
+		r.firstWrites[o.batch] = first
+	}
+	if first == nil {
+		return nil // gone with the retention: so is the record
+	}
+	tr, ar, ok := first.rec(o.index)
+	if !ok {
+		return fmt.Errorf("write %s: no record %d", o.batch, o.index)
+	}
+	for _, at := range []chainRef{tr, ar} {
+		w := chainBatch{at.key, at.ref.Batch}
+		st := r.states[w]
+		if st == nil {
+			var err error
+			if st, err = r.s.chainState(ctx, at.key, at.ref); err != nil {
+				return err
 			}
-			firstWrites[o.batch] = first
+			r.states[w] = st
 		}
-		if first == nil {
-			continue // gone with the retention: so is the record
-		}
-		tr, ar, ok := first.rec(o.index)
-		if !ok {
-			return nil, fmt.Errorf("write %s: no record %d", o.batch, o.index)
-		}
-		for _, x := range []struct {
-			at chainRef
-			c  chunkRec
-		}{{tr, c}, {ar, inApp}} {
-			w := chainBatch{x.at.key, x.at.ref.Batch}
-			st := states[w]
-			if st == nil {
-				if st, err = s.chainState(ctx, x.at.key, x.at.ref); err != nil {
-					return nil, err
-				}
-				states[w] = st
-			}
-			if !st.listed[ids[i]] {
-				st.records = append(st.records, x.c)
-			}
+		if !st.listed[c.ID] {
+			st.records = append(st.records, c)
 		}
 	}
-	// Relistings first: mark each, then list it under the first write's
-	// batch + "r".
-	for w, st := range states {
+	return nil
+}
+
+// mark writes the relist mark of each chain where records are missing
+// (unless one is there) and adds those records to ws, under the first
+// write's batch + "r".
+func (r *redeliveries) mark(ctx context.Context, ws *chainWrites) error {
+	for w, st := range r.states {
 		if len(st.records) == 0 {
 			continue
 		}
 		if st.relist == nil {
-			h, err := s.head(ctx, w.key)
+			h, err := r.s.head(ctx, w.key)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			d := relistDoc{ID: relistID(w.key, w.batch), From: 1, At: time.Now().UTC()}
 			if h != nil {
 				d.From = h.N + 1
 			}
-			if _, err := s.hints.InsertOne(ctx, d); err != nil && !mongox.IsDuplicate(err) {
-				return nil, err
+			if _, err := r.s.ids.InsertOne(ctx, d); err != nil && !mongox.IsDuplicate(err) {
+				return err
 			}
 		}
 		for _, c := range st.records {
-			add(chainBatch{w.key, w.batch + "r"}, c)
+			ws.add(chainBatch{w.key, w.batch + "r"}, c)
 		}
 	}
-	slices.SortFunc(order, func(a, b chainBatch) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.batch, b.batch)) })
-	ws := make([]chainWrite, len(order))
-	for i, w := range order {
-		recs := writes[w]
-		slices.SortStableFunc(recs, func(a, b chunkRec) int { return a.CreatedAt.Compare(b.CreatedAt) })
-		ws[i] = chainWrite{w.key, w.batch, recs}
-	}
-	if err := s.appendAll(ctx, ws); err != nil {
-		return nil, err
-	}
-	return per, nil
+	return nil
 }
 
 func toChunkRec(id bson.ObjectID, r logs.Record) chunkRec {
 	// Milliseconds, as BSON stores them: a chunk in the cache then holds
 	// what the server holds.
-	c := chunkRec{ID: id, AppID: r.AppID, LogBody: r.LogBody, CreatedAt: r.CreatedAt.UTC().Truncate(time.Millisecond)}
-	if r.MetricsID != "" {
-		m := r.MetricsID
-		c.MetricsID = &m
-	}
-	return c
+	return chunkRec{ID: id, AppID: r.AppID, LogBody: r.LogBody, MetricsID: r.MetricsID, CreatedAt: r.CreatedAt.UTC().Truncate(time.Millisecond)}
 }

@@ -22,31 +22,45 @@ import (
 
 // Collection names.
 const (
-	ChunksCollection      = "log_chunks" // records, in chains of chunks (chunks.go)
-	IDsCollection         = "log_ids"    // one batch document per write and slots of stream sequences (ids.go)
-	HintsCollection       = "log_heads"  // where each chain's newest chunk was last seen
+	ChunksCollection = "log_chunks" // records, in chains of chunks (chunks.go, chunkdoc.go)
+	// RecordsCollection holds the records of each type chain's chunk again
+	// as plain documents, for MongoDB's own tools (chunkdoc.go); the
+	// service writes it and never reads it.
+	RecordsCollection = "log_records"
+	// IDsCollection holds what each write did (ids.go): its batch document,
+	// its slots of stream sequences, and its relist marks.
+	IDsCollection = "log_ids"
+	// HeadHintsCollection holds one head hint per chain: the number of a
+	// recent chunk of the chain, where a process new to it starts looking
+	// for its newest chunk (_id: the chain's key).
+	HeadHintsCollection   = "log_heads"
 	AppsCollection        = "log_apps"
 	DeadLettersCollection = "log_dead_letters"
 )
 
 // Store implements logs.Store.
 type Store struct {
-	db     *mongo.Database
-	chunks *mongo.Collection
-	ids    *mongo.Collection
-	hints  *mongo.Collection
-	apps   *mongo.Collection
-	dead   *mongo.Collection
-	heads  heads
-	slots  slots
-	cache  *chunkCache
+	db        *mongo.Database
+	chunks    *mongo.Collection
+	records   *mongo.Collection
+	ids       *mongo.Collection
+	headHints *mongo.Collection
+	apps      *mongo.Collection
+	dead      *mongo.Collection
+	heads     heads
+	slots     slots
+	cache     *chunkCache
 
-	chunkMax   int // records per chunk (chunkMaxRecords; tests make it small)
-	filterScan int // chunks a filtered read looks at (DefaultFilterScan)
+	chunkMax   int  // records per chunk (chunkMaxRecords; tests make it small)
+	filterScan int  // chunks a filtered read looks at (DefaultFilterScan)
+	recordDocs bool // write log_records (SetRecordDocuments)
 	// chunkReads counts chunks read from the server (tests count lookups).
 	chunkReads atomic.Int64
 	// beforeAppend, when set (tests), runs before each chain is written.
 	beforeAppend func(ctx context.Context, key string) error
+	// beforeCopy, when set (tests), runs before records documents are
+	// written.
+	beforeCopy func() error
 
 	appsMu   sync.Mutex
 	appIDs   []string          // the apps EnsureApps returned: the chains retention visits
@@ -60,14 +74,16 @@ func New(db *mongo.Database) *Store {
 	return &Store{
 		db:         db,
 		chunks:     db.Collection(ChunksCollection),
+		records:    db.Collection(RecordsCollection),
 		ids:        db.Collection(IDsCollection),
-		hints:      db.Collection(HintsCollection),
+		headHints:  db.Collection(HeadHintsCollection),
 		apps:       db.Collection(AppsCollection),
 		dead:       db.Collection(DeadLettersCollection),
 		heads:      heads{last: map[string]*chunkDoc{}, claim: map[string]*sync.Mutex{}},
-		slots:      slots{blocks: map[string]*cachedBlock{}, lock: map[string]*sync.Mutex{}},
+		slots:      slots{ranges: map[string]*cachedRange{}, lock: map[string]*sync.Mutex{}},
 		chunkMax:   chunkMaxRecords,
 		filterScan: DefaultFilterScan,
+		recordDocs: true,
 		cache:      newChunkCache(DefaultChunkCacheBytes),
 		appNames:   map[string]string{},
 	}
@@ -80,6 +96,12 @@ func (s *Store) SetChunkCache(bytes int64) { s.cache = newChunkCache(bytes) }
 // SetFilterScan sets how many chunks a filtered read looks at, at most
 // (n >= 1). Call it before using the store.
 func (s *Store) SetFilterScan(n int) { s.filterScan = max(n, 1) }
+
+// SetRecordDocuments says whether writes copy the records of the type
+// chains to log_records as plain documents, for MongoDB's own tools (on by
+// default; off, a write costs about half the CPU). Call it before using the
+// store.
+func (s *Store) SetRecordDocuments(on bool) { s.recordDocs = on }
 
 // EnsureIndexes creates the indexes (idempotent). Reads address chunks and
 // id documents by _id only; the other indexes serve retention and the
@@ -161,7 +183,13 @@ func (s *Store) AddDeadLetters(ctx context.Context, ds []logs.DeadLetter) error 
 		docs[i] = deadDoc{Key: d.Key, Stream: d.Stream, Sequence: int64(d.Sequence), Subject: d.Subject, MsgID: d.MsgID,
 			Data: d.Data, Reason: d.Reason, Deliveries: int64(d.Deliveries), ReceivedAt: d.ReceivedAt.UTC()}
 	}
-	_, err := s.dead.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	return insertNew(ctx, s.dead, docs)
+}
+
+// insertNew inserts docs (unordered); those whose _id is there already
+// are left as they are.
+func insertNew(ctx context.Context, coll *mongo.Collection, docs []any) error {
+	_, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	var bwe mongo.BulkWriteException
 	if errors.As(err, &bwe) && bwe.WriteConcernError == nil {
 		for _, we := range bwe.WriteErrors {

@@ -3,6 +3,7 @@ package mongostore
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -30,12 +31,11 @@ func (s *Store) record(ctx context.Context, key string, c chunkRec) (logs.Record
 	if err != nil {
 		return logs.Record{}, err
 	}
-	r := logs.Record{ID: c.ID.Hex(), AppID: appID, App: name, Type: typ, LogBody: c.LogBody, CreatedAt: c.CreatedAt.UTC()}
-	if c.MetricsID != nil {
-		r.MetricsID = *c.MetricsID
-	}
-	return r, nil
+	return logs.Record{ID: c.ID.Hex(), AppID: appID, App: name, Type: typ, LogBody: c.LogBody, MetricsID: c.MetricsID,
+		CreatedAt: c.CreatedAt.UTC()}, nil
 }
+
+func isAppKey(key string) bool { return strings.HasPrefix(key, "a.") }
 
 // splitKey is the inverse of typeKey and appKey.
 func splitKey(key string) (typ, appID string) {
@@ -88,110 +88,123 @@ func (s *Store) List(ctx context.Context, q logs.Query) (logs.Page, error) {
 }
 
 func (s *Store) list(ctx context.Context, q logs.Query) ([]logs.Record, string, error) {
-	key := queryKey(q)
-	// start: the chunk and the index in it of the newest record to look at.
-	var start, head *chunkDoc
-	var idx int
-	var err error
-	filtered := q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero() || q.Search != nil
-	// stop: the read has looked at as much as it may for one page. The
-	// time budget never stops it in its first chunk: a page resumed from a
-	// cursor at the start of a chunk finds nothing there, and must reach at
-	// least the chunk before to move on.
-	stop := func(looked int) bool {
-		return looked >= s.filterScan || (looked > 0 && !q.Deadline.IsZero() && !time.Now().Before(q.Deadline))
+	l := listing{s: s, q: q, key: queryKey(q), sk: newSkipper(q), out: make([]logs.Record, 0, q.Limit),
+		filtered: q.MetricsID != "" || !q.From.IsZero() || !q.To.IsZero() || q.Search != nil}
+	c, idx, err := l.start(ctx)
+	if err != nil || c == nil {
+		return l.out, "", err
 	}
-	if q.BeforeID == "" {
-		// A cursor page needs no head: it starts at the cursor's chunk.
-		if head, err = s.head(ctx, key); err != nil || head == nil {
-			return []logs.Record{}, "", err
-		}
-	}
-	switch {
-	case q.BeforeID != "":
-		c, i, err := s.locate(ctx, q, key)
-		if err != nil {
-			return nil, "", err
-		}
-		start, idx = c, i-1
-	case filtered:
-		start, idx = head, len(head.Records)-1
-	default:
-		top := head.end() - int64(q.Skip) // records [0, top) remain
-		if top <= 0 {
-			return []logs.Record{}, "", nil
-		}
-		if start, err = s.findPos(ctx, key, head, top-1); err != nil || start == nil {
-			return []logs.Record{}, "", err
-		}
-		idx = int(top - 1 - start.Pos)
-		q.Skip = 0
-	}
-	out := make([]logs.Record, 0, q.Limit)
-	skip := q.Skip
-	sk := newSkipper(q)
-	c := start
 	// Filtered reads count the chunks they move to past the first, skipped
 	// ones too: a read resumed from a cursor always gets further.
-	for looked := 0; ; looked++ {
-		if filtered {
+	for looked := 0; c != nil; looked++ {
+		if l.filtered {
 			// No record of c or of any chunk before it is as new as from.
 			if !q.From.IsZero() && c.HiAt.Before(q.From) {
 				break
 			}
-			if back := sk.skip(c); back > 0 {
-				if stop(looked) {
-					return out, c.Records[0].ID.Hex(), nil // nothing in c matches
+			if back := l.sk.skip(c); back > 0 {
+				if l.stop(looked) {
+					return l.out, c.Records[0].ID.Hex(), nil // nothing in c matches
 				}
-				if c, err = s.chunk(ctx, key, c.N-back); err != nil {
+				if c, err = s.chunk(ctx, l.key, c.N-back); err != nil {
 					return nil, "", err
 				}
-				if c == nil {
-					break // past the oldest kept chunk
-				}
-				idx = chunkMaxRecords
+				idx = math.MaxInt
 				continue
 			}
 		}
-		for i := min(idx, len(c.Records)-1); i >= 0 && len(out) < q.Limit; i-- {
-			r := c.Records[i]
-			if !matches(q, r) {
-				continue
-			}
-			if skip > 0 {
-				skip--
-				continue
-			}
-			rec, err := s.record(ctx, key, r)
-			if err != nil {
-				return nil, "", err
-			}
-			out = append(out, rec)
+		if err := l.take(ctx, c, idx); err != nil {
+			return nil, "", err
 		}
-		if len(out) >= q.Limit {
+		if len(l.out) >= q.Limit {
 			break
 		}
-		if filtered && stop(looked) {
-			return out, c.Records[0].ID.Hex(), nil // c is read to its oldest record
+		if l.filtered && l.stop(looked) {
+			return l.out, c.Records[0].ID.Hex(), nil // c is read to its oldest record
 		}
 		if q.Search != nil && looked >= 1 {
 			// A search reads chunk after chunk: from its third chunk on,
 			// the next ones are read several at a time.
-			s.readAhead(ctx, key, c.N-1)
+			s.readAhead(ctx, l.key, c.N-1)
 		}
-		if c, err = s.chunk(ctx, key, c.N-1); err != nil {
+		if c, err = s.chunk(ctx, l.key, c.N-1); err != nil {
 			return nil, "", err
 		}
-		if c == nil {
-			break
-		}
-		idx = chunkMaxRecords
+		idx = math.MaxInt
 	}
-	return out, "", nil
+	return l.out, "", nil
+}
+
+// listing is one List call under way.
+type listing struct {
+	s        *Store
+	q        logs.Query
+	key      string // the chain read
+	filtered bool   // from, to, metricsId or q: the read walks the chain
+	sk       skipper
+	out      []logs.Record
+}
+
+// start finds the chunk and the index in it of the newest record to look
+// at (nil: none). Without filters, page p is found by position (a
+// bisection over chunk numbers), and q.Skip is then spent; a cursor is
+// found through its id documents; a filtered read starts at the head.
+func (l *listing) start(ctx context.Context) (*chunkDoc, int, error) {
+	if l.q.BeforeID != "" {
+		// A cursor page needs no head: it starts at the cursor's chunk.
+		c, i, err := l.s.locate(ctx, l.q, l.key)
+		return c, i - 1, err
+	}
+	head, err := l.s.head(ctx, l.key)
+	if err != nil || head == nil {
+		return nil, 0, err
+	}
+	if l.filtered {
+		return head, len(head.Records) - 1, nil
+	}
+	top := head.end() - int64(l.q.Skip) // records [0, top) remain
+	if top <= 0 {
+		return nil, 0, nil
+	}
+	c, err := l.s.findPos(ctx, l.key, head, top-1)
+	if err != nil || c == nil {
+		return nil, 0, err
+	}
+	l.q.Skip = 0
+	return c, int(top - 1 - c.Pos), nil
+}
+
+// stop says the read has looked at as much as it may for one page. The
+// time budget never stops it in its first chunk: a page resumed from a
+// cursor at the start of a chunk finds nothing there, and must reach at
+// least the chunk before to move on.
+func (l *listing) stop(looked int) bool {
+	return looked >= l.s.filterScan || (looked > 0 && !l.q.Deadline.IsZero() && !time.Now().Before(l.q.Deadline))
+}
+
+// take adds the matching records of c from index idx down, skipping the
+// first q.Skip of them, until the page is full.
+func (l *listing) take(ctx context.Context, c *chunkDoc, idx int) error {
+	for i := min(idx, len(c.Records)-1); i >= 0 && len(l.out) < l.q.Limit; i-- {
+		r := c.Records[i]
+		if !matches(l.q, r) {
+			continue
+		}
+		if l.q.Skip > 0 {
+			l.q.Skip--
+			continue
+		}
+		rec, err := l.s.record(ctx, l.key, r)
+		if err != nil {
+			return err
+		}
+		l.out = append(l.out, rec)
+	}
+	return nil
 }
 
 func matches(q logs.Query, r chunkRec) bool {
-	if q.MetricsID != "" && (r.MetricsID == nil || *r.MetricsID != q.MetricsID) {
+	if q.MetricsID != "" && r.MetricsID != q.MetricsID {
 		return false
 	}
 	if !q.From.IsZero() && r.CreatedAt.Before(q.From) {
@@ -201,11 +214,7 @@ func matches(q logs.Query, r chunkRec) bool {
 		return false
 	}
 	if q.Search != nil {
-		m := ""
-		if r.MetricsID != nil {
-			m = *r.MetricsID
-		}
-		return q.Search.Match(r.LogBody, m)
+		return q.Search.Match(r.LogBody, r.MetricsID)
 	}
 	return true
 }
@@ -268,12 +277,12 @@ func (s *Store) locate(ctx context.Context, q logs.Query, key string) (*chunkDoc
 		return c, i, err
 	}
 	// Listed again by a later delivery?
-	var rd relistDoc
-	if err := s.hints.FindOne(ctx, bson.M{"_id": relistID(key, r.Batch)}).Decode(&rd); err != nil {
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return nil, 0, logs.ErrNotFound
-		}
+	rd, err := s.relistMark(ctx, key, r.Batch)
+	if err != nil {
 		return nil, 0, err
+	}
+	if rd == nil {
+		return nil, 0, logs.ErrNotFound
 	}
 	if c, i, err = s.findIn(ctx, key, rd.From, r.Batch+"r", oid); c != nil || err != nil {
 		return c, i, err
@@ -341,6 +350,13 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 			if !c.MaxAt.Before(t) {
 				break
 			}
+			// The records document first: a pass stopped between the two
+			// deletes leaves the chunk, which the next pass deletes.
+			if !isAppKey(key) {
+				if _, err := s.records.DeleteOne(ctx, bson.M{"_id": c.ID}); err != nil {
+					return deleted, err
+				}
+			}
 			if _, err := s.chunks.DeleteOne(ctx, bson.M{"_id": c.ID}); err != nil {
 				return deleted, err
 			}
@@ -353,7 +369,9 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 	if _, err := s.ids.DeleteMany(ctx, bson.M{"at": bson.M{"$lt": t.UTC()}}); err != nil {
 		return deleted, err
 	}
-	if _, err := s.hints.DeleteMany(ctx, bson.M{"at": bson.M{"$lt": t.UTC()}}); err != nil {
+	// Relist marks written by earlier versions, in log_heads (head hints
+	// have no "at": they stay).
+	if _, err := s.headHints.DeleteMany(ctx, bson.M{"at": bson.M{"$lt": t.UTC()}}); err != nil {
 		return deleted, err
 	}
 	return deleted, nil
@@ -390,47 +408,6 @@ func (s *Store) chainKeys(ctx context.Context) ([]string, error) {
 		}
 	}
 	return keys, nil
-}
-
-// Listed returns every record listed in the type chains (appID "") or in
-// the chains of one app, oldest chunk first, once per listing: tests and
-// benchmarks count lost and duplicated records with it.
-func (s *Store) Listed(ctx context.Context, appID string) ([]logs.Record, error) {
-	var out []logs.Record
-	for _, typ := range logs.Types {
-		key := typeKey(typ)
-		if appID != "" {
-			key = appKey(appID, typ)
-		}
-		head, err := s.head(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		if head == nil {
-			continue
-		}
-		tail, err := s.tail(ctx, key, head.N)
-		if err != nil {
-			return nil, err
-		}
-		for n := tail; n <= head.N; n++ {
-			c, err := s.chunk(ctx, key, n)
-			if err != nil {
-				return nil, err
-			}
-			if c == nil {
-				continue
-			}
-			for _, r := range c.Records {
-				rec, err := s.record(ctx, key, r)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, rec)
-			}
-		}
-	}
-	return out, nil
 }
 
 // searchReadAhead is how many chunks a search reads at once.

@@ -2,7 +2,6 @@ package mongostore
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -133,42 +132,23 @@ func (h *headReader) get(ctx context.Context, n int64) (*chunkDoc, error) {
 	return c, nil
 }
 
-// chunkHeadWire is a chunk as stored, without its records and Bloom
-// filters.
-type chunkHeadWire struct {
-	ID    string    `bson:"_id"`
-	N     int64     `bson:"n"`
-	Count int64     `bson:"count"`
-	MinAt time.Time `bson:"minAt"`
-	MaxAt time.Time `bson:"maxAt"`
-	HiAt  time.Time `bson:"hiAt"`
-	Low   []byte    `bson:"low,omitempty"`
-}
-
-// chunkHead reads chunk n of key without its records (Records nil) unless
-// the cache has it whole; nil when there is none.
+// chunkHead reads chunk n of key without its records (Records nil) and
+// Bloom filters, unless the cache has it whole; nil when there is none.
 func (s *Store) chunkHead(ctx context.Context, key string, n int64) (*chunkDoc, error) {
 	id := chunkID(key, n)
 	if c := s.cache.get(id); c != nil {
 		return c, nil
 	}
-	var w chunkHeadWire
-	err := s.chunks.FindOne(ctx, bson.M{"_id": id}, options.FindOne().SetProjection(bson.M{"r": 0, "bloom": 0})).Decode(&w)
+	raw, err := s.chunks.FindOne(ctx, bson.M{"_id": id}, options.FindOne().SetProjection(bson.M{"r": 0, "bloom": 0})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	c := &chunkDoc{ID: w.ID, Key: key, N: w.N, Count: w.Count, MinAt: w.MinAt, MaxAt: w.MaxAt, HiAt: w.HiAt}
-	if c.HiAt.IsZero() {
-		c.HiAt = c.MaxAt // written before HiAt existed
-	}
-	if len(w.Low)%8 != 0 {
-		return nil, fmt.Errorf("chunk %s: low has %d bytes", w.ID, len(w.Low))
-	}
-	for b := w.Low; len(b) > 0; b = b[8:] {
-		c.Low = append(c.Low, time.UnixMilli(int64(binary.BigEndian.Uint64(b))).UTC())
+	c := &chunkDoc{}
+	if err := decodeChunk(raw, c, false); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

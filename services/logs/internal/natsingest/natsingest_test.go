@@ -15,6 +15,7 @@ import (
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/services/logs/internal/logs"
+	"github.com/acme/platform/services/logs/internal/logs/storetest"
 	"github.com/acme/platform/services/logs/internal/mongostore"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,7 +44,7 @@ func TestCrashBetweenWriteAndAck(t *testing.T) {
 			Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	}
 	count := func() int64 {
-		rs, err := store.Listed(ctx, "")
+		rs, err := storetest.All(ctx, store, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +210,7 @@ func TestRefusedOnLastDeliveryIsDeadLettered(t *testing.T) {
 	if len(dead) != 1 || dead[0].MsgID != "refused" || dead[0].Deliveries != 3 || !strings.Contains(dead[0].Reason, "document refused") {
 		t.Fatalf("dead letters: %+v", dead)
 	}
-	rs, err := store.Listed(ctx, "")
+	rs, err := storetest.All(ctx, store, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestStreamMadeAgainWhileRunning(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			rs, err := store.Listed(ctx, "")
+			rs, err := storetest.All(ctx, store, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -286,7 +287,7 @@ func TestStreamMadeAgainWhileRunning(t *testing.T) {
 	}
 	publish(30, 30) // sequences 1 to 30 again
 	stored(60)
-	rs, err := store.Listed(ctx, "")
+	rs, err := storetest.All(ctx, store, "")
 	if err != nil {
 		t.Fatal(err)
 	}
