@@ -100,7 +100,7 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	s.ReadTimeout = r.Duration("READ_TIMEOUT", 60*time.Second)
 	s.ChunkCacheMB = r.Int("CHUNK_CACHE_MB", mongostore.DefaultChunkCacheBytes>>20)
 	s.FilterScan = r.Int("FILTER_SCAN", mongostore.DefaultFilterScan)
-	s.RecordDocuments = r.Bool("RECORD_DOCUMENTS", true)
+	s.RecordDocuments = r.Bool("RECORD_DOCUMENTS", false)
 	s.IdleTimeout = r.Duration("IDLE_TIMEOUT", 90*time.Second)
 	s.Tail = httpapi.TailConfig{
 		Heartbeat: r.Duration("TAIL_HEARTBEAT", 15*time.Second),
