@@ -99,7 +99,7 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 		"AUTH_SMTP_HOST":     mp.SMTPHost, "AUTH_SMTP_PORT": strconv.Itoa(mp.SMTPPort), "AUTH_SMTP_TLS": "none",
 		"AUTH_PUBLIC_URL": "http://" + gatewayAddr,
 	}
-	for _, k := range []string{"LOG_LEVEL"} {
+	for _, k := range []string{"LOG_LEVEL", "GATEWAY_PPROF"} {
 		if v := getenv(k); v != "" {
 			env[k] = v
 		}
