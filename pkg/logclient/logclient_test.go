@@ -52,7 +52,7 @@ func streamMsgs(t *testing.T, st jetstream.Stream) uint64 {
 // Every record given to Log reaches the stream once, on its app/type
 // subject, with a message id and the wire payload.
 func TestLogPublishesWithMsgID(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	prefix := s.SubjectPrefix(t)
 	st := createStream(t, s.JS, prefix)
 	c, err := logclient.New(s.NATS, logclient.Options{Prefix: prefix})
@@ -96,7 +96,7 @@ func TestLogPublishesWithMsgID(t *testing.T) {
 }
 
 func TestLogRefusesInvalidAndAfterClose(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	c, err := logclient.New(s.NATS, logclient.Options{Prefix: s.SubjectPrefix(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -90,7 +90,7 @@ type gw struct {
 
 func startGateway(t *testing.T, extra map[string]string) *gw {
 	t.Helper()
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	id := testkit.NewIdentity(t)
 	fa := &fakeAuth{}
 	auth := httptest.NewServer(fa)
@@ -237,7 +237,7 @@ func TestSessionCacheAndRevocationOverNATS(t *testing.T) {
 	}
 	// auth ends the session and announces it; the cached entry must go at once.
 	g.auth.revoked.Store(userCookie, true)
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	hash := sha256hex(userCookie)
 	msg, _ := json.Marshal(map[string]any{"sessions": []string{hash}})
 	if err := s.NATS.Publish(g.env["NATS_SUBJECT_PREFIX"]+".auth.revoked", msg); err != nil {
@@ -280,7 +280,7 @@ func TestSessionCacheAndRevocationOverNATS(t *testing.T) {
 // stale cache would answer 200.
 func TestRevocationAppliedBeforeTheNextRequest(t *testing.T) {
 	g := startGateway(t, nil)
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	nc, err := nats.Connect(s.NATSURL)
 	if err != nil {
 		t.Fatal(err)

@@ -61,7 +61,7 @@ func withReadyz(h http.Handler) http.Handler {
 // closed port), its metrics on a port of its own, writing its log to out.
 func runGateway(t *testing.T, upstreams map[string]http.Handler, out io.Writer, extra map[string]string) *running {
 	t.Helper()
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	id := testkit.NewIdentity(t)
 	env := testkit.Env{
 		"GATEWAY_ADDR":                 "127.0.0.1:0",

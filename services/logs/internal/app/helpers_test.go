@@ -40,7 +40,7 @@ type svc struct {
 // a fresh identity key, quick redeliveries.
 func newEnv(t *testing.T, extra map[string]string) (*testkit.Servers, testkit.Env, testkit.Identity) {
 	t.Helper()
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.Mongo, testkit.NATS)
 	env := s.NewEnv(t)
 	id := testkit.NewIdentity(t)
 	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
