@@ -1,7 +1,7 @@
 package app
 
 import (
-	"context"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net"
@@ -12,35 +12,15 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/metrics/metricstest"
-	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
 
 // On shutdown the listener closes at once (new connections are refused),
 // while an upload already in progress is read to its end, stored and
 // answered; then Run returns.
 func TestShutdownFinishesInFlightUpload(t *testing.T) {
-	kit := testkit.Get(t)
-	env := kit.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	env["FILES_ADDR"] = "127.0.0.1:0"
-	env["FILES_TUS_ADDR"] = "127.0.0.1:0"
-	env["FILES_SWEEP_INTERVAL"] = "0"
-	env["FILES_SHUTDOWN_GRACE"] = "30s"
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, env.Getenv, io.Discard, func(a string) { addrc <- a }, hooks{}) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("service did not start")
-	}
-	h := &harness{t: t, base: "http://" + addr, env: env, id: id, kit: kit}
+	h := start(t, map[string]string{"FILES_SHUTDOWN_GRACE": "30s"}, hooks{})
+	addr := strings.TrimPrefix(h.base, "http://")
 
 	// An upload whose body comes in two halves, the second after shutdown began.
 	pr, pw := io.Pipe()
@@ -79,7 +59,7 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 		return v > 0
 	})
 
-	cancel() // shutdown begins
+	h.svc.Cancel() // shutdown begins
 	waitUntil(t, "new connections refused", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
@@ -89,8 +69,8 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 		return false
 	})
 	select {
-	case err := <-done:
-		t.Fatalf("run returned with an upload in flight: %v", err)
+	case <-h.svc.Done():
+		t.Fatalf("run returned with an upload in flight: %v", h.svc.Err())
 	default:
 	}
 
@@ -110,8 +90,8 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 		t.Fatal("in-flight upload got no answer")
 	}
 	select {
-	case err := <-done:
-		if err != nil {
+	case <-h.svc.Done():
+		if err := h.svc.Err(); err != nil {
 			t.Fatalf("run: %v", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -122,13 +102,13 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 	}
 }
 
+// waitUntil waits up to 10 s for cond.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	apptest.Eventually(t, 10*time.Second, func() error {
+		if !cond() {
+			return fmt.Errorf("waiting for %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
