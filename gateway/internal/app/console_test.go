@@ -2,6 +2,7 @@ package app
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/gateway/internal/console"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
 
 func noRedirect() *http.Client {
@@ -201,8 +203,7 @@ func TestEventStreamThroughGateway(t *testing.T) {
 	start = time.Now()
 	r.stop()
 	select {
-	case err := <-r.done:
-		r.done <- err // for the cleanup
+	case <-r.svc.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("gateway shutdown held by an event stream")
 	}
@@ -214,9 +215,10 @@ func TestEventStreamThroughGateway(t *testing.T) {
 
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out: %s", what)
+	apptest.Eventually(t, d, func() error {
+		if !cond() {
+			return fmt.Errorf("timed out: %s", what)
 		}
-	}
+		return nil
+	})
 }

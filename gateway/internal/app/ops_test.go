@@ -1,11 +1,11 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -18,32 +18,17 @@ import (
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/metrics/metricstest"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
-
-// logBuffer is the gateway's stdout, safe for concurrent writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // running is a gateway started by runGateway.
 type running struct {
 	url, addr, metricsAddr string
-	stop                   context.CancelFunc
-	done                   chan error
+	svc                    *apptest.Service
 }
+
+// stop begins the gateway's shutdown; svc.Done tells when Run returned.
+func (r *running) stop() { r.svc.Cancel() }
 
 // withReadyz answers GET /readyz with 200 as every real service does, so the
 // gateway's readiness probes never reach a test's handler.
@@ -87,28 +72,11 @@ func runGateway(t *testing.T, upstreams map[string]http.Handler, out io.Writer, 
 	for k, v := range extra {
 		env[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{stop: cancel, done: make(chan error, 1)}
-	addrc, maddrc := make(chan string, 1), make(chan string, 1)
-	go func() {
-		r.done <- run(ctx, env.Getenv, out, func(a string) { addrc <- a }, hooks{metricsReady: func(a string) { maddrc <- a }})
-	}()
-	select {
-	case r.addr = <-addrc:
-		r.metricsAddr = <-maddrc
-	case err := <-r.done:
-		cancel()
-		t.Fatalf("gateway did not start: %v", err)
-	}
-	r.url = "http://" + r.addr
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second):
-			t.Error("gateway did not stop")
-		}
-	})
+	maddrc := make(chan string, 1)
+	svc := apptest.Start(t, func(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string)) error {
+		return run(ctx, getenv, stdout, ready, hooks{metricsReady: func(a string) { maddrc <- a }})
+	}, env.Getenv, apptest.Options{Stdout: out, IgnoreRunError: true}) // tests that care read svc.Err
+	r := &running{url: svc.URL, addr: svc.Addr, metricsAddr: <-maddrc, svc: svc}
 	return r
 }
 
@@ -228,7 +196,7 @@ func (a *secretAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // request id.
 func TestNoSecretsInGatewayLogs(t *testing.T) {
 	auth := &secretAuth{cookies: map[string]bool{}}
-	var out logBuffer
+	var out apptest.Log
 	g := runGateway(t, map[string]http.Handler{"auth": auth, "files": auth, "logs": auth}, &out, nil)
 	const (
 		firstPW  = "first-Secret-phrase-51"
@@ -363,15 +331,15 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 		c.Close()
 		return false
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !refused(g.addr) {
-		if time.Now().After(deadline) {
-			t.Fatal("new connections still accepted after shutdown began")
+	apptest.Eventually(t, 10*time.Second, func() error {
+		if !refused(g.addr) {
+			return errors.New("new connections still accepted after shutdown began")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	select {
-	case err := <-g.done:
+	case <-g.svc.Done():
+		err := g.svc.Err()
 		t.Fatalf("Run returned with a request in flight: %v", err)
 	case <-time.After(200 * time.Millisecond):
 	}
@@ -389,11 +357,11 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 		t.Fatal("in-flight request got no answer")
 	}
 	select {
-	case err := <-g.done:
+	case <-g.svc.Done():
+		err := g.svc.Err()
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		g.done <- nil // for the cleanup
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return")
 	}
@@ -420,14 +388,14 @@ func TestShutdownDeadline(t *testing.T) {
 	start := time.Now()
 	g.stop()
 	select {
-	case err := <-g.done:
+	case <-g.svc.Done():
+		err := g.svc.Err()
 		if err == nil {
 			t.Error("Run reported a clean stop although a request was cut")
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("Run took %v with a 300ms grace", d)
 		}
-		g.done <- nil
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after the grace period")
 	}
