@@ -242,15 +242,7 @@ func TestUpdateUserByAdmin(t *testing.T) {
 	// A new address is stored unverified; a new password ends every session
 	// of the user, announced with the user.
 	t.Run("emailAndPassword200", func(t *testing.T) {
-		f := newFixture(t)
-		u := alice(t, f, "alice-password")
-		u.EmailVerified = true
-		f.withUser(u)
-		var p account.UserPatch
-		f.users.UpdateFn = func(_ context.Context, _ string, got account.UserPatch, _ time.Time) (account.User, error) {
-			p = got
-			return u, nil
-		}
+		f, u, p := verifiedAlice(t)
 		f.sessions.DeleteByUserFn = func(context.Context, string, string) ([]string, error) { return []string{"s1"}, nil }
 		if _, err := f.svc.UpdateUser(ctx, "a1", u.ID, account.AdminPatch{Email: ptr("alice@new.example.com"), NewPassword: ptr("set-by-admin-1")}); err != nil {
 			t.Fatal(err)
@@ -270,15 +262,7 @@ func TestUpdateUserByAdmin(t *testing.T) {
 	})
 	// The same address in another case is not a change of address.
 	t.Run("emailCase200", func(t *testing.T) {
-		f := newFixture(t)
-		u := alice(t, f, "alice-password")
-		u.EmailVerified = true
-		f.withUser(u)
-		var p account.UserPatch
-		f.users.UpdateFn = func(_ context.Context, _ string, got account.UserPatch, _ time.Time) (account.User, error) {
-			p = got
-			return u, nil
-		}
+		f, u, p := verifiedAlice(t)
 		if _, err := f.svc.UpdateUser(ctx, "a1", u.ID, account.AdminPatch{Email: ptr("Alice@Example.com")}); err != nil {
 			t.Fatal(err)
 		}
@@ -286,6 +270,21 @@ func TestUpdateUserByAdmin(t *testing.T) {
 			t.Fatalf("a change of case unverified the address: %+v", p)
 		}
 	})
+}
+
+// verifiedAlice is a fixture holding Alice with a verified address; the
+// patch the store receives is kept in the returned UserPatch.
+func verifiedAlice(t *testing.T) (*fixture, account.User, *account.UserPatch) {
+	f := newFixture(t)
+	u := alice(t, f, "alice-password")
+	u.EmailVerified = true
+	f.withUser(u)
+	p := &account.UserPatch{}
+	f.users.UpdateFn = func(_ context.Context, _ string, got account.UserPatch, _ time.Time) (account.User, error) {
+		*p = got
+		return u, nil
+	}
+	return f, u, p
 }
 
 func TestCreateUserValidates(t *testing.T) {
