@@ -8,13 +8,13 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -261,7 +261,7 @@ func TestDropsReportedByMetricAndErrorLog(t *testing.T) {
 	}
 	defer nc.Close()
 	srv.stop()
-	var logBuf syncBuf
+	var logBuf apptest.Log
 	reg := prometheus.NewRegistry()
 	const buffer, batch, n = 10, 2, 100
 	c, err := logclient.New(nc, logclient.Options{
@@ -318,21 +318,4 @@ func TestDropsReportedByMetricAndErrorLog(t *testing.T) {
 	if len(errs) != 1 || errs[0]["reason"] != "buffer full" || errs[0]["records"] != float64(1) {
 		t.Fatalf("error lines %v, want one for the first drop (the next within the interval are counted, not logged)", errs)
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

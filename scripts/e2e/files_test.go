@@ -87,18 +87,7 @@ func (c *client) raw(method, path string, hdr map[string]string, body io.Reader,
 	c.t.Helper()
 	wire := *c.api
 	wire.HTTP = &http.Client{Jar: c.http.Jar, Timeout: 2 * time.Minute, Transport: checked(c.t, c.base, &http.Transport{DisableCompression: true})}
-	h := map[string]string{}
-	if contentType != "" {
-		h["Content-Type"] = contentType
-	}
-	for k, v := range hdr {
-		h[k] = v
-	}
-	var b any
-	if body != nil {
-		b = body
-	}
-	r := wire.Do(method, path, b, h)
+	r := wire.Do(method, path, body, map[string]string{"Content-Type": contentType}, hdr)
 	return rawResp{r.Status, r.Header, r.Body}
 }
 

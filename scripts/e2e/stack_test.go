@@ -64,15 +64,7 @@ func (d direct) do(method, path string, body io.Reader, contentType string) rawR
 	}
 	c := apptest.NewClient(d.t, "http://"+d.proc.Addr).With(identity.Header, tok)
 	c.HTTP = &http.Client{Timeout: time.Minute}
-	h := map[string]string{}
-	if contentType != "" {
-		h["Content-Type"] = contentType
-	}
-	var b any
-	if body != nil {
-		b = body
-	}
-	r, err := c.Send(method, path, b, h)
+	r, err := c.Send(method, path, body, map[string]string{"Content-Type": contentType})
 	if err != nil {
 		d.t.Fatalf("%s %s on %s: %v", method, path, d.proc.Name, err)
 	}

@@ -274,15 +274,7 @@ type result struct {
 // send never fails the test: faults make errors that are counted.
 func (c *client) send(method, path string, body io.Reader, contentType string) result {
 	start := time.Now()
-	h := map[string]string{}
-	if contentType != "" {
-		h["Content-Type"] = contentType
-	}
-	var b any
-	if body != nil {
-		b = body
-	}
-	r, err := c.api.Send(method, path, b, h)
+	r, err := c.api.Send(method, path, body, map[string]string{"Content-Type": contentType})
 	if r == nil {
 		return result{err: err, elapsed: time.Since(start)}
 	}

@@ -2,7 +2,6 @@ package app
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -192,7 +191,7 @@ func TestEventStreamThroughGateway(t *testing.T) {
 	}
 	// The client going away ends the upstream stream.
 	resp.Body.Close()
-	waitUntil(t, 5*time.Second, "upstream stream ended after the client left", func() bool { return up.closed.Load() == 1 })
+	apptest.Until(t, 5*time.Second, "upstream stream ended after the client left", func() bool { return up.closed.Load() == 1 })
 
 	// Shutdown ends open streams at once instead of waiting its grace.
 	resp, rd = open()
@@ -210,15 +209,5 @@ func TestEventStreamThroughGateway(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("shutdown took %v with an open stream", d)
 	}
-	waitUntil(t, 5*time.Second, "upstream stream ended at shutdown", func() bool { return up.closed.Load() == 2 })
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	apptest.Eventually(t, d, func() error {
-		if !cond() {
-			return fmt.Errorf("timed out: %s", what)
-		}
-		return nil
-	})
+	apptest.Until(t, 5*time.Second, "upstream stream ended at shutdown", func() bool { return up.closed.Load() == 2 })
 }

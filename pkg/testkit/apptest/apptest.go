@@ -19,11 +19,39 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/acme/platform/pkg/testkit"
 )
 
 // RunFunc is a service's Run: it serves until ctx ends, calling ready with
 // the address it listens on.
 type RunFunc func(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error
+
+// Env is the environment of a service under test: the servers' settings
+// with a fresh database, bucket and subject prefix (Servers.NewEnv), a fresh
+// identity key pair whose public half the service trusts, the listen
+// address settings named by addrs on 127.0.0.1:0, then each of settings in
+// turn (an empty value removes the setting). It returns the key pair too,
+// to sign the identity tokens a gateway would send.
+func Env(t testing.TB, s *testkit.Servers, addrs []string, settings ...map[string]string) (testkit.Env, testkit.Identity) {
+	t.Helper()
+	env := s.NewEnv(t)
+	id := testkit.NewIdentity(t)
+	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
+	for _, a := range addrs {
+		env[a] = "127.0.0.1:0"
+	}
+	for _, m := range settings {
+		for k, v := range m {
+			if v == "" {
+				delete(env, k)
+			} else {
+				env[k] = v
+			}
+		}
+	}
+	return env, id
+}
 
 // Options tune Start; the zero value is what most tests want.
 type Options struct {
@@ -142,6 +170,25 @@ func (l *Log) String() string {
 	return l.b.String()
 }
 
+// Lines decodes the JSON lines written so far (the services log with
+// log/slog's JSON handler); a line that is not a JSON object fails the test.
+func (l *Log) Lines(t testing.TB) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("log line is not JSON: %.200q", line)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // Client sends requests to one base URL. Its HTTP client keeps cookies
 // (a jar of its own), so signing in once keeps the session for the next
 // requests, as a browser does.
@@ -177,8 +224,8 @@ func (c *Client) With(key, value string) *Client {
 // []byte or an io.Reader, as JSON otherwise; the Content-Type of a body
 // other than an io.Reader (a stream, whose type the caller names) is
 // application/json unless hdr names another. hdr, if given, adds headers
-// to this request only; a Content-Length there is the length announced for
-// a streamed body.
+// to this request only (an empty value adds nothing); a Content-Length
+// there is the length announced for a streamed body.
 func (c *Client) Do(method, path string, body any, hdr ...map[string]string) *Response {
 	c.t.Helper()
 	r, err := c.Send(method, path, body, hdr...)
@@ -227,7 +274,9 @@ func (c *Client) Send(method, path string, body any, hdr ...map[string]string) (
 				}
 				continue
 			}
-			req.Header.Set(k, v)
+			if v != "" {
+				req.Header.Set(k, v)
+			}
 		}
 	}
 	start := time.Now()
@@ -333,6 +382,18 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	if err := Within(timeout, cond); err != nil {
 		t.Fatalf("after %v: %v", timeout, err)
 	}
+}
+
+// Until is Eventually for a condition without an error: it fails the test
+// saying what was awaited.
+func Until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	Eventually(t, timeout, func() error {
+		if !cond() {
+			return fmt.Errorf("still waiting for %s", what)
+		}
+		return nil
+	})
 }
 
 // Within calls cond until it returns nil or timeout passes, and returns

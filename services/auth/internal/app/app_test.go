@@ -38,7 +38,6 @@ func TestDefaultsAreOWASP(t *testing.T) {
 
 func TestRefusesToStartMisconfigured(t *testing.T) {
 	srv := testkit.Get(t, testkit.Mongo, testkit.NATS)
-	id := testkit.NewIdentity(t)
 	for name, tc := range map[string]struct {
 		drop    string
 		set     map[string]string
@@ -56,14 +55,8 @@ func TestRefusesToStartMisconfigured(t *testing.T) {
 		"badAuditApp":         {set: map[string]string{"AUTH_AUDIT_APP": "a.b"}, message: "AUTH_AUDIT_APP"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env := srv.NewEnv(t)
-			env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-			env["AUTH_ADDR"] = "127.0.0.1:0"
-			env["AUTH_SERVICE_CREDENTIALS"] = credential
-			delete(env, tc.drop)
-			for k, v := range tc.set {
-				env[k] = v
-			}
+			env, _ := apptest.Env(t, srv, []string{"AUTH_ADDR"}, map[string]string{"AUTH_SERVICE_CREDENTIALS": credential},
+				map[string]string{tc.drop: ""}, tc.set)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			err := app.Run(ctx, env.Getenv, &apptest.Log{}, func(string) { t.Error("service started") })

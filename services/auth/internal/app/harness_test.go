@@ -47,22 +47,10 @@ var lowCost = map[string]string{
 func newHarness(t testing.TB, extra map[string]string) *harness {
 	t.Helper()
 	srv := testkit.Get(t, testkit.Mongo, testkit.NATS)
-	env := srv.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	env["AUTH_ADDR"] = "127.0.0.1:0"
-	env["AUTH_SERVICE_CREDENTIALS"] = credential
-	env["AUTH_ADMIN_PASSWORD"] = adminPassword
-	for k, v := range lowCost {
-		env[k] = v
-	}
-	for k, v := range extra {
-		if v == "" {
-			delete(env, k)
-		} else {
-			env[k] = v
-		}
-	}
+	env, id := apptest.Env(t, srv, []string{"AUTH_ADDR"}, map[string]string{
+		"AUTH_SERVICE_CREDENTIALS": credential,
+		"AUTH_ADMIN_PASSWORD":      adminPassword,
+	}, lowCost, extra)
 	h := &harness{t: t, srv: srv, env: env, id: id, db: srv.Mongo.Database(env["MONGO_DB"]), stdout: &apptest.Log{}}
 	t.Cleanup(func() {
 		if t.Failed() {

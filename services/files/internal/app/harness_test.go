@@ -42,16 +42,10 @@ type harness struct {
 func start(t testing.TB, extra map[string]string, hk hooks) *harness {
 	t.Helper()
 	kit := testkit.Get(t)
-	env := kit.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	env["FILES_ADDR"] = "127.0.0.1:0"
-	env["FILES_TUS_ADDR"] = "127.0.0.1:0"
-	env["FILES_PUBLIC_BASE_URL"] = "https://files.example.test/"
-	env["FILES_SWEEP_INTERVAL"] = "0"
-	for k, v := range extra {
-		env[k] = v
-	}
+	env, id := apptest.Env(t, kit, []string{"FILES_ADDR", "FILES_TUS_ADDR"}, map[string]string{
+		"FILES_PUBLIC_BASE_URL": "https://files.example.test/",
+		"FILES_SWEEP_INTERVAL":  "0",
+	}, extra)
 	tusc := make(chan string, 1)
 	hk.tusReady = func(a string) { tusc <- a }
 	svc := apptest.Start(t, func(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string)) error {
@@ -101,11 +95,7 @@ func (h *harness) doURL(method, url, token string, body io.Reader, hdr map[strin
 	if token != "" {
 		c = c.With(identity.Header, token)
 	}
-	var b any
-	if body != nil {
-		b = body
-	}
-	r := c.Do(method, url, b, hdr)
+	r := c.Do(method, url, body, hdr)
 	return &response{StatusCode: r.Status, Header: r.Header, ContentLength: r.ContentLength, body: r.Body}
 }
 

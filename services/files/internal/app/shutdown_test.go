@@ -1,7 +1,6 @@
 package app
 
 import (
-	"fmt"
 	"io"
 	"mime/multipart"
 	"net"
@@ -54,13 +53,13 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The handler is reading the body once uploaded bytes are counted.
-	waitUntil(t, "upload in progress", func() bool {
+	apptest.Until(t, 10*time.Second, "upload in progress", func() bool {
 		v, _ := metricstest.Scrape(t, h.base+"/metrics").Sum("acme_files_uploaded_bytes_total")
 		return v > 0
 	})
 
 	h.svc.Cancel() // shutdown begins
-	waitUntil(t, "new connections refused", func() bool {
+	apptest.Until(t, 10*time.Second, "new connections refused", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return true
@@ -100,15 +99,4 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 	if n := h.records(); n != 1 {
 		t.Fatalf("%d records after shutdown, want the upload's 1", n)
 	}
-}
-
-// waitUntil waits up to 10 s for cond.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	apptest.Eventually(t, 10*time.Second, func() error {
-		if !cond() {
-			return fmt.Errorf("waiting for %s", what)
-		}
-		return nil
-	})
 }

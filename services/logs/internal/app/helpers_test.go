@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -38,15 +37,7 @@ type svc struct {
 func newEnv(t *testing.T, extra map[string]string) (*testkit.Servers, testkit.Env, testkit.Identity) {
 	t.Helper()
 	s := testkit.Get(t, testkit.Mongo, testkit.NATS)
-	env := s.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	env["LOGS_ADDR"] = "127.0.0.1:0"
-	env["LOGS_ACK_WAIT"] = "1s"
-	env["LOGS_FETCH_WAIT"] = "100ms"
-	for k, v := range extra {
-		env[k] = v
-	}
+	env, id := apptest.Env(t, s, []string{"LOGS_ADDR"}, map[string]string{"LOGS_ACK_WAIT": "1s", "LOGS_FETCH_WAIT": "100ms"}, extra)
 	return s, env, id
 }
 
@@ -185,17 +176,6 @@ func (v *svc) streamTag() string {
 func (v *svc) byMsgID(msgID string) func(logs.Record) bool {
 	id := v.recordID(msgID)
 	return func(r logs.Record) bool { return r.ID == id }
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	apptest.Eventually(t, d, func() error {
-		if !cond() {
-			return fmt.Errorf("waiting for %s", what)
-		}
-		return nil
-	})
 }
 
 func logsOf(t *testing.T, body map[string]any) []map[string]any {
