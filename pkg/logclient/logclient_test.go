@@ -125,6 +125,7 @@ type ownNATS struct {
 }
 
 func startOwnNATS(t *testing.T) *ownNATS {
+	testkit.SkipShort(t)
 	addr, err := embedded.FreeAddr()
 	if err != nil {
 		t.Fatal(err)

@@ -400,6 +400,32 @@ func (s *Servers) NewEnv(t testing.TB) Env {
 	return env
 }
 
+// ServiceEnv is the environment of a service under test: NewEnv (a fresh
+// database, bucket and subject prefix), a fresh identity key pair whose
+// public half the service trusts, the listen address settings named by
+// addrs on 127.0.0.1:0 (the service picks a free port), then each of
+// settings in turn (an empty value removes the setting). The key pair signs
+// the identity tokens a gateway would send.
+func (s *Servers) ServiceEnv(t testing.TB, addrs []string, settings ...map[string]string) (Env, Identity) {
+	t.Helper()
+	env := s.NewEnv(t)
+	id := NewIdentity(t)
+	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
+	for _, a := range addrs {
+		env[a] = "127.0.0.1:0"
+	}
+	for _, m := range settings {
+		for k, v := range m {
+			if v == "" {
+				delete(env, k)
+			} else {
+				env[k] = v
+			}
+		}
+	}
+	return env, id
+}
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)

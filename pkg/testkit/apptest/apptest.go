@@ -19,39 +19,11 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/acme/platform/pkg/testkit"
 )
 
 // RunFunc is a service's Run: it serves until ctx ends, calling ready with
 // the address it listens on.
 type RunFunc func(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error
-
-// Env is the environment of a service under test: the servers' settings
-// with a fresh database, bucket and subject prefix (Servers.NewEnv), a fresh
-// identity key pair whose public half the service trusts, the listen
-// address settings named by addrs on 127.0.0.1:0, then each of settings in
-// turn (an empty value removes the setting). It returns the key pair too,
-// to sign the identity tokens a gateway would send.
-func Env(t testing.TB, s *testkit.Servers, addrs []string, settings ...map[string]string) (testkit.Env, testkit.Identity) {
-	t.Helper()
-	env := s.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	for _, a := range addrs {
-		env[a] = "127.0.0.1:0"
-	}
-	for _, m := range settings {
-		for k, v := range m {
-			if v == "" {
-				delete(env, k)
-			} else {
-				env[k] = v
-			}
-		}
-	}
-	return env, id
-}
 
 // Options tune Start; the zero value is what most tests want.
 type Options struct {

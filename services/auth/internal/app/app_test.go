@@ -55,7 +55,7 @@ func TestRefusesToStartMisconfigured(t *testing.T) {
 		"badAuditApp":         {set: map[string]string{"AUTH_AUDIT_APP": "a.b"}, message: "AUTH_AUDIT_APP"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env, _ := apptest.Env(t, srv, []string{"AUTH_ADDR"}, map[string]string{"AUTH_SERVICE_CREDENTIALS": credential},
+			env, _ := srv.ServiceEnv(t, []string{"AUTH_ADDR"}, map[string]string{"AUTH_SERVICE_CREDENTIALS": credential},
 				map[string]string{tc.drop: ""}, tc.set)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

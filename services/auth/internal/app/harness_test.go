@@ -47,7 +47,7 @@ var lowCost = map[string]string{
 func newHarness(t testing.TB, extra map[string]string) *harness {
 	t.Helper()
 	srv := testkit.Get(t, testkit.Mongo, testkit.NATS)
-	env, id := apptest.Env(t, srv, []string{"AUTH_ADDR"}, map[string]string{
+	env, id := srv.ServiceEnv(t, []string{"AUTH_ADDR"}, map[string]string{
 		"AUTH_SERVICE_CREDENTIALS": credential,
 		"AUTH_ADMIN_PASSWORD":      adminPassword,
 	}, lowCost, extra)

@@ -42,7 +42,7 @@ type harness struct {
 func start(t testing.TB, extra map[string]string, hk hooks) *harness {
 	t.Helper()
 	kit := testkit.Get(t)
-	env, id := apptest.Env(t, kit, []string{"FILES_ADDR", "FILES_TUS_ADDR"}, map[string]string{
+	env, id := kit.ServiceEnv(t, []string{"FILES_ADDR", "FILES_TUS_ADDR"}, map[string]string{
 		"FILES_PUBLIC_BASE_URL": "https://files.example.test/",
 		"FILES_SWEEP_INTERVAL":  "0",
 	}, extra)

@@ -37,7 +37,7 @@ type svc struct {
 func newEnv(t *testing.T, extra map[string]string) (*testkit.Servers, testkit.Env, testkit.Identity) {
 	t.Helper()
 	s := testkit.Get(t, testkit.Mongo, testkit.NATS)
-	env, id := apptest.Env(t, s, []string{"LOGS_ADDR"}, map[string]string{"LOGS_ACK_WAIT": "1s", "LOGS_FETCH_WAIT": "100ms"}, extra)
+	env, id := s.ServiceEnv(t, []string{"LOGS_ADDR"}, map[string]string{"LOGS_ACK_WAIT": "1s", "LOGS_FETCH_WAIT": "100ms"}, extra)
 	return s, env, id
 }
 
