@@ -53,17 +53,10 @@ func listAll(t *testing.T, c *client, path string) int {
 	return countAll(t, func(u string) map[string]any { return c.mustStatus(201, "GET", u, nil) }, path)
 }
 
-func logsOf(t *testing.T, m map[string]any) []map[string]any {
+// logsOf is the "logs" array of a listing.
+func logsOf(t *testing.T, body map[string]any) []map[string]any {
 	t.Helper()
-	raw, ok := m["logs"].([]any)
-	if !ok {
-		t.Fatalf("no logs array: %v", m)
-	}
-	out := make([]map[string]any, len(raw))
-	for i, r := range raw {
-		out[i] = r.(map[string]any)
-	}
-	return out
+	return apptest.Objects(t, body, "logs")
 }
 
 // Logs through the gateway: admin writes and reads, access for users and

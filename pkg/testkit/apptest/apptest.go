@@ -347,6 +347,26 @@ func (r *Response) Object(t testing.TB) map[string]any {
 	return m
 }
 
+// Objects is the array of JSON objects under key in a decoded body (a
+// listing's "logs", "users", "files"); it fails the test when there is none
+// or an element is not an object.
+func Objects(t testing.TB, body map[string]any, key string) []map[string]any {
+	t.Helper()
+	raw, ok := body[key].([]any)
+	if !ok {
+		t.Fatalf("no %s array in %v", key, body)
+	}
+	out := make([]map[string]any, len(raw))
+	for i, r := range raw {
+		m, ok := r.(map[string]any)
+		if !ok {
+			t.Fatalf("%s[%d] is not an object: %v", key, i, r)
+		}
+		out[i] = m
+	}
+	return out
+}
+
 // Eventually calls cond until it returns nil, failing the test with its
 // last error when timeout passes first.
 func Eventually(t testing.TB, timeout time.Duration, cond func() error) {

@@ -143,3 +143,14 @@ func TestWithin(t *testing.T) {
 	}
 	Until(t, time.Second, "a condition that holds", func() bool { return true })
 }
+
+func TestObjects(t *testing.T) {
+	body := map[string]any{"logs": []any{map[string]any{"id": "a"}, map[string]any{"id": "b"}}}
+	got := Objects(t, body, "logs")
+	if len(got) != 2 || got[0]["id"] != "a" || got[1]["id"] != "b" {
+		t.Fatalf("Objects: %v", got)
+	}
+	if got := Objects(t, map[string]any{"logs": []any{}}, "logs"); len(got) != 0 {
+		t.Fatalf("empty listing: %v", got)
+	}
+}

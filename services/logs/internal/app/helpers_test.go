@@ -178,17 +178,10 @@ func (v *svc) byMsgID(msgID string) func(logs.Record) bool {
 	return func(r logs.Record) bool { return r.ID == id }
 }
 
+// logsOf is the "logs" array of a listing.
 func logsOf(t *testing.T, body map[string]any) []map[string]any {
 	t.Helper()
-	raw, ok := body["logs"].([]any)
-	if !ok {
-		t.Fatalf("no logs array in %v", body)
-	}
-	out := make([]map[string]any, len(raw))
-	for i, r := range raw {
-		out[i] = r.(map[string]any)
-	}
-	return out
+	return apptest.Objects(t, body, "logs")
 }
 
 func jwtSubject(s string) jwt.RegisteredClaims { return jwt.RegisteredClaims{Subject: s} }
