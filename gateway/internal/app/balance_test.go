@@ -177,22 +177,9 @@ func TestShutdownEndsWaits(t *testing.T) {
 	var out apptest.Log
 	g := runGateway(t, map[string]http.Handler{"auth": &fakeAuth{}, "logs": http.HandlerFunc(echo)}, &out,
 		map[string]string{"GATEWAY_RETRY_WAIT": "1m", "GATEWAY_SHUTDOWN_GRACE": "2s"}) // files: a closed port
-	type result struct {
-		status int
-		raw    string
-		err    error
-	}
-	resc := make(chan result, 1)
-	go func() {
-		resp, err := (&http.Client{Transport: &http.Transport{}}).Get(g.url + "/images/x") // public: files only
-		if err != nil {
-			resc <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		resc <- result{status: resp.StatusCode, raw: string(raw)}
-	}()
+	c := apptest.NewClient(t, g.url)
+	c.HTTP = &http.Client{Transport: &http.Transport{}} // a connection of its own
+	resc := c.Go("GET", "/images/x", nil)               // public: files only
 	apptest.Eventually(t, 15*time.Second, func() error {
 		if !strings.Contains(out.String(), "requests wait for one") {
 			return fmt.Errorf("the request is not waiting; log:\n%s", out.String())
@@ -203,8 +190,8 @@ func TestShutdownEndsWaits(t *testing.T) {
 	g.stop()
 	select {
 	case r := <-resc:
-		if r.err != nil || r.status != 503 || !strings.Contains(r.raw, `"service_unavailable"`) {
-			t.Fatalf("the waiting request: %d %q %v", r.status, r.raw, r.err)
+		if r.Err != nil || r.Status != 503 || !strings.Contains(string(r.Body), `"service_unavailable"`) {
+			t.Fatalf("the waiting request: %d %q %v", r.Status, r.Body, r.Err)
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("answered %v after shutdown began, grace 2s", d)

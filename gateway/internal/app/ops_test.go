@@ -295,22 +295,9 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	})
 	g := runGateway(t, map[string]http.Handler{"files": slow}, io.Discard, nil)
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before the servers close
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	resc := make(chan result, 1)
-	go func() {
-		resp, err := (&http.Client{Transport: &http.Transport{}}).Get(g.url + "/images/slow") // public: no session lookup
-		if err != nil {
-			resc <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		resc <- result{status: resp.StatusCode, body: string(b)}
-	}()
+	c := apptest.NewClient(t, g.url)
+	c.HTTP = &http.Client{Transport: &http.Transport{}} // a connection of its own
+	resc := c.Go("GET", "/images/slow", nil)            // public: no session lookup
 	select {
 	case <-arrived:
 	case <-time.After(10 * time.Second):
@@ -345,8 +332,8 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	releaseOnce.Do(func() { close(release) })
 	select {
 	case r := <-resc:
-		if r.err != nil || r.status != 200 || r.body != `{"done":true}` {
-			t.Fatalf("in-flight request: %d %q %v", r.status, r.body, r.err)
+		if r.Err != nil || r.Status != 200 || string(r.Body) != `{"done":true}` {
+			t.Fatalf("in-flight request: %d %q %v", r.Status, r.Body, r.Err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("in-flight request got no answer")

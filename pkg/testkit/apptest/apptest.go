@@ -265,6 +265,27 @@ func (c *Client) Send(method, path string, body any, hdr ...map[string]string) (
 	return out, nil
 }
 
+// Result is the outcome of a request sent by Go: Response is never nil
+// (Status 0 when there was no answer).
+type Result struct {
+	*Response
+	Err error
+}
+
+// Go sends the request in the background (a request left in flight while
+// the test stops the service) and delivers its Result on the channel.
+func (c *Client) Go(method, path string, body any, hdr ...map[string]string) <-chan Result {
+	out := make(chan Result, 1)
+	go func() {
+		r, err := c.Send(method, path, body, hdr...)
+		if r == nil {
+			r = &Response{method: method, path: path}
+		}
+		out <- Result{Response: r, Err: err}
+	}()
+	return out
+}
+
 // Cookie is the value of the named cookie the jar holds for Base ("" when
 // none).
 func (c *Client) Cookie(name string) string {

@@ -90,6 +90,9 @@ func TestStartClientAndStop(t *testing.T) {
 		t.Fatal("With changed the original client")
 	}
 
+	if r := <-c.Go("DELETE", "/x", nil); r.Err != nil || r.Status != 200 {
+		t.Fatalf("Go: %d %v", r.Status, r.Err)
+	}
 	c.Do("POST", "/login", nil).Expect(t, 200)
 	if c.Cookie("sessionId") != "s3cr3t" {
 		t.Fatalf("cookie jar holds %q", c.Cookie("sessionId"))
@@ -112,6 +115,9 @@ func TestStartClientAndStop(t *testing.T) {
 	}
 	if _, err := c.Send("GET", "/x", nil); err == nil {
 		t.Fatal("Send to a stopped service reported no error")
+	}
+	if r := <-c.Go("GET", "/x", nil); r.Err == nil || r.Status != 0 {
+		t.Fatalf("Go to a stopped service: %d %v", r.Status, r.Err)
 	}
 	if err := svc.Stop(); err != nil { // again: the same answer, no wait
 		t.Fatalf("second Stop: %v", err)

@@ -24,26 +24,9 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 	// An upload whose body comes in two halves, the second after shutdown began.
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
-	req, _ := http.NewRequest(http.MethodPost, h.base+"/upload/file", pr)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set(identity.Header, h.user("u1"))
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	resc := make(chan result, 1)
-	go func() {
-		c := &http.Client{Transport: &http.Transport{}}
-		resp, err := c.Do(req)
-		if err != nil {
-			resc <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		resc <- result{status: resp.StatusCode, body: string(b)}
-	}()
+	c := apptest.NewClient(t, h.base).With(identity.Header, h.user("u1"))
+	c.HTTP = &http.Client{Transport: &http.Transport{}} // a connection of its own
+	resc := c.Go(http.MethodPost, "/upload/file", pr, map[string]string{"Content-Type": mw.FormDataContentType()})
 	fw, err := mw.CreateFormFile("file", "slow.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +65,8 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 	pw.Close()
 	select {
 	case r := <-resc:
-		if r.err != nil || r.status != http.StatusCreated {
-			t.Fatalf("in-flight upload: status %d, err %v, body %s", r.status, r.err, r.body)
+		if r.Err != nil || r.Status != http.StatusCreated {
+			t.Fatalf("in-flight upload: status %d, err %v, body %s", r.Status, r.Err, r.Body)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("in-flight upload got no answer")
