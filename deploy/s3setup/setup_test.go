@@ -51,7 +51,7 @@ type job struct {
 // them at the end (the MinIO server is shared by the package's tests).
 func newJob(t *testing.T) *job {
 	t.Helper()
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.S3)
 	j := &job{
 		t:      t,
 		s:      s,

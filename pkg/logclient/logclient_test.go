@@ -8,13 +8,13 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,7 +52,7 @@ func streamMsgs(t *testing.T, st jetstream.Stream) uint64 {
 // Every record given to Log reaches the stream once, on its app/type
 // subject, with a message id and the wire payload.
 func TestLogPublishesWithMsgID(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	prefix := s.SubjectPrefix(t)
 	st := createStream(t, s.JS, prefix)
 	c, err := logclient.New(s.NATS, logclient.Options{Prefix: prefix})
@@ -96,7 +96,7 @@ func TestLogPublishesWithMsgID(t *testing.T) {
 }
 
 func TestLogRefusesInvalidAndAfterClose(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	c, err := logclient.New(s.NATS, logclient.Options{Prefix: s.SubjectPrefix(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +125,7 @@ type ownNATS struct {
 }
 
 func startOwnNATS(t *testing.T) *ownNATS {
+	testkit.SkipShort(t)
 	addr, err := embedded.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +262,7 @@ func TestDropsReportedByMetricAndErrorLog(t *testing.T) {
 	}
 	defer nc.Close()
 	srv.stop()
-	var logBuf syncBuf
+	var logBuf apptest.Log
 	reg := prometheus.NewRegistry()
 	const buffer, batch, n = 10, 2, 100
 	c, err := logclient.New(nc, logclient.Options{
@@ -318,21 +319,4 @@ func TestDropsReportedByMetricAndErrorLog(t *testing.T) {
 	if len(errs) != 1 || errs[0]["reason"] != "buffer full" || errs[0]["records"] != float64(1) {
 		t.Fatalf("error lines %v, want one for the first drop (the next within the interval are counted, not logged)", errs)
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

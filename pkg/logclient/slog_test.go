@@ -16,7 +16,7 @@ import (
 // Error records go both to the local log and to the stream; lower levels
 // only to the local log.
 func TestSlogHandlerPublishesErrors(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	prefix := s.SubjectPrefix(t)
 	st := createStream(t, s.JS, prefix)
 	c, err := logclient.New(s.NATS, logclient.Options{Prefix: prefix})

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // Indexes can be ensured twice (a restart) and a unique index makes a second
 // insert and a conflicting update report IsDuplicate on the real server.
 func TestIndexesAndDuplicates(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.Mongo)
 	ctx := context.Background()
 	mc, disconnect, err := mongox.Connect(ctx, options.Client().ApplyURI(s.MongoURL), 10*time.Second)
 	if err != nil {

@@ -1,8 +1,9 @@
 // Package testkit gives tests real servers: NATS with JetStream (in-process),
 // a MongoDB-wire server (FerretDB on SQLite, as a child process built once
-// without the race detector) and MinIO (a child process), started once per
-// test binary and shared, with a database, bucket and subject prefix of its
-// own for every test. MONGO_URL, S3_ENDPOINT (with S3_ACCESS_KEY and
+// without the race detector) and MinIO (a child process), each started on
+// first use by a test that asks for it (Get(t, testkit.NATS) starts only
+// NATS) and shared by the test binary, with a database, bucket and subject
+// prefix of its own for every test. MONGO_URL, S3_ENDPOINT (with S3_ACCESS_KEY and
 // S3_SECRET_KEY) and NATS_URL point the kit at external servers instead.
 //
 // Use it from TestMain:
@@ -35,7 +36,22 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Servers are the shared servers of one test binary.
+// Server names one of the kit's servers, for Get.
+type Server int
+
+const (
+	// NATS is NATS with JetStream, in this process.
+	NATS Server = 1 << iota
+	// Mongo is the MongoDB-wire server (FerretDB, a child process).
+	Mongo
+	// S3 is MinIO, a child process.
+	S3
+
+	all = NATS | Mongo | S3
+)
+
+// Servers are the shared servers of one test binary. A value returned by
+// Get holds the servers it was asked for (and any other already started).
 type Servers struct {
 	MongoURL   string
 	NATSURL    string
@@ -54,13 +70,15 @@ type Servers struct {
 	// MONGO_URL is set).
 	FerretDB *embedded.FerretDBProc
 
-	stops []func()
+	need Server // what Get was asked for: the servers NewEnv points at
 }
 
 var (
 	mu       sync.Mutex
-	shared   *Servers
-	startErr error
+	shared   Servers // the servers started so far
+	started  Server  // which of them
+	startErr = map[Server]error{}
+	stops    []func() // in start order
 	tmpRoot  string
 )
 
@@ -75,12 +93,10 @@ func Main(m *testing.M) {
 func Stop() {
 	mu.Lock()
 	defer mu.Unlock()
-	if shared != nil {
-		for i := len(shared.stops) - 1; i >= 0; i-- {
-			shared.stops[i]()
-		}
-		shared = nil
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
 	}
+	stops, shared, started, startErr = nil, Servers{}, 0, map[Server]error{}
 	if tmpRoot != "" {
 		os.RemoveAll(tmpRoot)
 		tmpRoot = ""
@@ -96,83 +112,135 @@ func SkipShort(t testing.TB) {
 	}
 }
 
-// Get starts the servers on first use and returns them; it fails the test
-// if they cannot start, and skips it under -short.
-func Get(t testing.TB) *Servers {
+// Get starts the servers named (all three when none is) on first use and
+// returns them; a server no test of the binary asks for is never started.
+// It fails the test if one cannot start, and skips it under -short.
+func Get(t testing.TB, need ...Server) *Servers {
 	t.Helper()
 	SkipShort(t) // the fast tier starts no server; `make test` runs these
+	var want Server
+	for _, n := range need {
+		want |= n
+	}
+	if want == 0 {
+		want = all
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if shared == nil && startErr == nil {
-		shared, startErr = start()
+	if err := ensure(want); err != nil {
+		t.Fatalf("testkit: %v", err)
 	}
-	if startErr != nil {
-		t.Fatalf("testkit: %v", startErr)
-	}
-	return shared
+	s := shared
+	s.need = want
+	return &s
 }
 
-func start() (*Servers, error) {
-	s := &Servers{}
-	var err error
-	tmpRoot, err = os.MkdirTemp("", "acme-testkit-")
-	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (*Servers, error) {
-		for i := len(s.stops) - 1; i >= 0; i-- {
-			s.stops[i]()
+// ensure starts the servers of want not started yet; mu is held.
+func ensure(want Server) error {
+	if tmpRoot == "" {
+		dir, err := os.MkdirTemp("", "acme-testkit-")
+		if err != nil {
+			return err
 		}
-		return nil, err
+		tmpRoot = dir
 	}
-	ctx := context.Background()
+	for _, k := range []struct {
+		s     Server
+		start func() error
+	}{{NATS, startNATS}, {Mongo, startMongo}, {S3, startS3}} {
+		if want&k.s == 0 || started&k.s != 0 {
+			continue
+		}
+		if err := startErr[k.s]; err != nil {
+			return err // failed before: fail fast, do not try again
+		}
+		if err := k.start(); err != nil {
+			startErr[k.s] = err
+			return err
+		}
+		started |= k.s
+	}
+	return nil
+}
 
-	// NATS
+// server returns the shared servers with s started, for the methods that
+// need a server the value was not asked for.
+func server(t testing.TB, s Server) *Servers {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if err := ensure(s); err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	c := shared
+	return &c
+}
+
+// onStop registers a stop function; a failed start runs those it added.
+func onStop(f func()) { stops = append(stops, f) }
+
+func startNATS() error {
+	n := len(stops)
+	fail := func(err error) error { unwind(n); return err }
 	if u := os.Getenv("NATS_URL"); u != "" {
-		s.NATSURL = u
+		shared.NATSURL = u
 	} else {
 		ns, err := embedded.NATS(filepath.Join(tmpRoot, "nats"), "127.0.0.1", 0)
 		if err != nil {
 			return fail(err)
 		}
-		s.stops = append(s.stops, func() { ns.Shutdown(); ns.WaitForShutdown() })
-		s.NATSURL = ns.ClientURL()
+		onStop(func() { ns.Shutdown(); ns.WaitForShutdown() })
+		shared.NATSURL = ns.ClientURL()
 	}
-	if s.NATS, err = nats.Connect(s.NATSURL, nats.MaxReconnects(-1)); err != nil {
+	nc, err := nats.Connect(shared.NATSURL, nats.MaxReconnects(-1))
+	if err != nil {
 		return fail(fmt.Errorf("nats connect: %w", err))
 	}
-	s.stops = append(s.stops, func() { s.NATS.Close() })
-	if s.JS, err = jetstream.New(s.NATS); err != nil {
+	onStop(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
 		return fail(err)
 	}
+	shared.NATS, shared.JS = nc, js
+	return nil
+}
 
-	// MongoDB wire
+func startMongo() error {
+	n := len(stops)
+	fail := func(err error) error { unwind(n); return err }
+	ctx := context.Background()
 	if u := os.Getenv("MONGO_URL"); u != "" {
-		s.MongoURL = u
+		shared.MongoURL = u
 	} else {
 		m, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{Dir: filepath.Join(tmpRoot, "mongo"), Log: os.Stderr})
 		if err != nil {
 			return fail(err)
 		}
-		s.stops = append(s.stops, m.Stop)
-		s.FerretDB = m
-		s.MongoURL = m.URI
+		onStop(m.Stop)
+		shared.FerretDB = m
+		shared.MongoURL = m.URI
 	}
-	if s.Mongo, err = mongodrv.Connect(options.Client().ApplyURI(s.MongoURL).SetServerSelectionTimeout(10 * time.Second)); err != nil {
+	mc, err := mongodrv.Connect(options.Client().ApplyURI(shared.MongoURL).SetServerSelectionTimeout(10 * time.Second))
+	if err != nil {
 		return fail(fmt.Errorf("mongo connect: %w", err))
 	}
-	s.stops = append(s.stops, func() { _ = s.Mongo.Disconnect(context.Background()) })
+	onStop(func() { _ = mc.Disconnect(context.Background()) })
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := s.Mongo.Ping(pctx, nil); err != nil {
+	if err := mc.Ping(pctx, nil); err != nil {
 		return fail(fmt.Errorf("mongo ping: %w", err))
 	}
+	shared.Mongo = mc
+	return nil
+}
 
-	// S3
+func startS3() error {
+	n := len(stops)
+	fail := func(err error) error { unwind(n); return err }
 	if e := os.Getenv("S3_ENDPOINT"); e != "" {
-		s.S3Endpoint, s.S3Access, s.S3Secret = e, os.Getenv("S3_ACCESS_KEY"), os.Getenv("S3_SECRET_KEY")
+		shared.S3Endpoint, shared.S3Access, shared.S3Secret = e, os.Getenv("S3_ACCESS_KEY"), os.Getenv("S3_SECRET_KEY")
 	} else {
-		mi, err := embedded.StartMinIO(ctx, embedded.MinIOOptions{
+		mi, err := embedded.StartMinIO(context.Background(), embedded.MinIOOptions{
 			Dir:       filepath.Join(tmpRoot, "minio"),
 			AccessKey: "testkit-" + randHex(4),
 			SecretKey: randHex(16),
@@ -181,14 +249,24 @@ func start() (*Servers, error) {
 		if err != nil {
 			return fail(err)
 		}
-		s.stops = append(s.stops, mi.Stop)
-		s.MinIO = mi
-		s.S3Endpoint, s.S3Access, s.S3Secret = mi.Endpoint, mi.AccessKey, mi.SecretKey
+		onStop(mi.Stop)
+		shared.MinIO = mi
+		shared.S3Endpoint, shared.S3Access, shared.S3Secret = mi.Endpoint, mi.AccessKey, mi.SecretKey
 	}
-	if s.S3, err = minio.New(s.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s.S3Access, s.S3Secret, "")}); err != nil {
+	c, err := minio.New(shared.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(shared.S3Access, shared.S3Secret, "")})
+	if err != nil {
 		return fail(err)
 	}
-	return s, nil
+	shared.S3 = c
+	return nil
+}
+
+// unwind stops what was started after the first n stop functions.
+func unwind(n int) {
+	for i := len(stops) - 1; i >= n; i-- {
+		stops[i]()
+	}
+	stops = stops[:n]
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9]+`)
@@ -206,11 +284,15 @@ func Name(t testing.TB) string {
 // Database returns a new database name, dropped when the test ends.
 func (s *Servers) Database(t testing.TB) string {
 	t.Helper()
+	mc := s.Mongo
+	if mc == nil {
+		mc = server(t, Mongo).Mongo
+	}
 	name := Name(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = s.Mongo.Database(name).Drop(ctx)
+		_ = mc.Database(name).Drop(ctx)
 	})
 	return name
 }
@@ -218,6 +300,9 @@ func (s *Servers) Database(t testing.TB) string {
 // Bucket creates a bucket, emptied and removed when the test ends.
 func (s *Servers) Bucket(t testing.TB) string {
 	t.Helper()
+	if s.S3 == nil {
+		s = server(t, S3)
+	}
 	name := strings.ReplaceAll(Name(t), "_", "-")
 	ctx := context.Background()
 	if err := s.S3.MakeBucket(ctx, name, minio.MakeBucketOptions{}); err != nil {
@@ -240,6 +325,9 @@ func (s *Servers) Bucket(t testing.TB) string {
 // test ends.
 func (s *Servers) SubjectPrefix(t testing.TB) string {
 	t.Helper()
+	if s.JS == nil {
+		s = server(t, NATS)
+	}
 	p := Name(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -290,20 +378,52 @@ type Env map[string]string
 // Getenv looks a key up.
 func (e Env) Getenv(k string) string { return e[k] }
 
-// NewEnv returns an Env pointing at the servers with a fresh database,
-// bucket and subject prefix.
+// NewEnv returns an Env pointing at the servers Get was asked for, with a
+// fresh database, bucket and subject prefix on each of them.
 func (s *Servers) NewEnv(t testing.TB) Env {
 	t.Helper()
-	return Env{
-		"MONGO_URL":           s.MongoURL,
-		"MONGO_DB":            s.Database(t),
-		"NATS_URL":            s.NATSURL,
-		"NATS_SUBJECT_PREFIX": s.SubjectPrefix(t),
-		"S3_ENDPOINT":         s.S3Endpoint,
-		"S3_ACCESS_KEY":       s.S3Access,
-		"S3_SECRET_KEY":       s.S3Secret,
-		"S3_BUCKET":           s.Bucket(t),
+	need := s.need
+	if need == 0 {
+		need = all
 	}
+	env := Env{}
+	if need&Mongo != 0 {
+		env["MONGO_URL"], env["MONGO_DB"] = s.MongoURL, s.Database(t)
+	}
+	if need&NATS != 0 {
+		env["NATS_URL"], env["NATS_SUBJECT_PREFIX"] = s.NATSURL, s.SubjectPrefix(t)
+	}
+	if need&S3 != 0 {
+		env["S3_ENDPOINT"], env["S3_ACCESS_KEY"], env["S3_SECRET_KEY"] = s.S3Endpoint, s.S3Access, s.S3Secret
+		env["S3_BUCKET"] = s.Bucket(t)
+	}
+	return env
+}
+
+// ServiceEnv is the environment of a service under test: NewEnv (a fresh
+// database, bucket and subject prefix), a fresh identity key pair whose
+// public half the service trusts, the listen address settings named by
+// addrs on 127.0.0.1:0 (the service picks a free port), then each of
+// settings in turn (an empty value removes the setting). The key pair signs
+// the identity tokens a gateway would send.
+func (s *Servers) ServiceEnv(t testing.TB, addrs []string, settings ...map[string]string) (Env, Identity) {
+	t.Helper()
+	env := s.NewEnv(t)
+	id := NewIdentity(t)
+	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
+	for _, a := range addrs {
+		env[a] = "127.0.0.1:0"
+	}
+	for _, m := range settings {
+		for k, v := range m {
+			if v == "" {
+				delete(env, k)
+			} else {
+				env[k] = v
+			}
+		}
+	}
+	return env, id
 }
 
 func randHex(n int) string {

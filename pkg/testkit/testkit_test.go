@@ -96,3 +96,35 @@ func TestIdentityRoundTrip(t *testing.T) {
 		t.Fatal("tampered token accepted")
 	}
 }
+
+// Asking for one server starts only that one; the others start when a
+// later test asks for them. (The kit is shared by the binary, so this test
+// stops it first to see what a fresh binary does.)
+func TestGetStartsOnlyWhatIsAskedFor(t *testing.T) {
+	SkipShort(t)
+	Stop()
+	t.Cleanup(Stop)
+	s := Get(t, NATS)
+	if s.NATS == nil || s.Mongo != nil || s.S3 != nil || s.FerretDB != nil || s.MinIO != nil {
+		t.Fatalf("Get(NATS) started %+v", s)
+	}
+	env := s.NewEnv(t)
+	if env["NATS_URL"] == "" || env["NATS_SUBJECT_PREFIX"] == "" {
+		t.Fatalf("env without NATS: %v", env)
+	}
+	for _, k := range []string{"MONGO_URL", "MONGO_DB", "S3_ENDPOINT", "S3_BUCKET"} {
+		if _, ok := env[k]; ok {
+			t.Fatalf("env of a NATS-only test has %s: %v", k, env)
+		}
+	}
+	m := Get(t, Mongo)
+	if m.Mongo == nil || m.NATS == nil || m.S3 != nil {
+		t.Fatalf("Get(Mongo) after Get(NATS): mongo %v nats %v s3 %v", m.Mongo != nil, m.NATS != nil, m.S3 != nil)
+	}
+	mu.Lock()
+	got := started
+	mu.Unlock()
+	if got != NATS|Mongo {
+		t.Fatalf("started %b, want NATS and Mongo only", got)
+	}
+}

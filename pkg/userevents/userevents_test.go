@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // The stream is made once whoever asks first, a deletion published twice
 // within the duplicate window is stored once, and its payload reads back.
 func TestPublishDeleted(t *testing.T) {
-	k := testkit.Get(t)
+	k := testkit.Get(t, testkit.NATS)
 	prefix := k.SubjectPrefix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -2,53 +2,21 @@ package web_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/metrics/metricstest"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/pkg/web"
 	"github.com/gofiber/fiber/v2"
 	"github.com/golang-jwt/jwt/v5"
 )
-
-// lockedBuffer is a log destination safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the JSON log lines written so far.
-func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, s := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
-		if s == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(s), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", s)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // testApp is a service as the services build theirs: NewApp with metrics,
 // health, then the identity check in front of every other route.
@@ -153,7 +121,7 @@ func TestFiberMetricsByRouteTemplate(t *testing.T) {
 // Every line logged with the request's context carries its id: the
 // handler's own line, the error line and the access line.
 func TestRequestIDOnEveryRequestLogLine(t *testing.T) {
-	var out lockedBuffer
+	var out apptest.Log
 	app, tok := testApp(t, &out)
 	for path, rid := range map[string]string{"/users/7": "rid-users", "/boom": "rid-boom"} {
 		req := httptest.NewRequest("GET", path, nil)
@@ -168,7 +136,7 @@ func TestRequestIDOnEveryRequestLogLine(t *testing.T) {
 		}
 	}
 	seen := map[string]string{}
-	for _, l := range out.lines(t) {
+	for _, l := range out.Lines(t) {
 		msg, _ := l["msg"].(string)
 		rid, _ := l["rid"].(string)
 		if rid == "" {
@@ -178,7 +146,7 @@ func TestRequestIDOnEveryRequestLogLine(t *testing.T) {
 	}
 	for _, want := range []string{"looking the user up rid-users", "request rid-users", "internal error rid-boom", "request rid-boom"} {
 		if _, ok := seen[want]; !ok {
-			t.Errorf("no line %q; lines %v", want, out.lines(t))
+			t.Errorf("no line %q; lines %v", want, out.Lines(t))
 		}
 	}
 }

@@ -7,7 +7,6 @@ package e2e
 // each route: TestAuthorizationMatrix.)
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/scripts/stack"
 )
 
@@ -23,26 +23,17 @@ import (
 // OpenAPI-checked transport.
 func keyDo(t *testing.T, base, key, method, path string, body any) (int, map[string]any) {
 	t.Helper()
-	var rd *bytes.Reader
+	c := apptest.NewClient(t, base).With("Authorization", key)
+	c.HTTP = &http.Client{Timeout: 30 * time.Second, Transport: checked(t, base, nil)} // no cookie
+	var b any
 	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	} else {
-		rd = bytes.NewReader(nil)
+		j, _ := json.Marshal(body)
+		b = j
 	}
-	req, _ := http.NewRequest(method, base+path, rd)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", key)
-	resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: checked(t, base, nil)}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
+	r := c.Do(method, path, b)
 	var m map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&m)
-	return resp.StatusCode, m
+	_ = json.Unmarshal(r.Body, &m)
+	return r.Status, m
 }
 
 func wantKey(t *testing.T, base, key, method, path string, body any, status int, code string) map[string]any {

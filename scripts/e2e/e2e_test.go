@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/scripts/stack"
 )
 
@@ -118,48 +118,33 @@ type client struct {
 	t    *testing.T
 	base string
 	http *http.Client
+	api  *apptest.Client // sends through http
 }
 
 func newClient(t *testing.T, base string) *client {
-	jar, _ := cookiejar.New(nil)
-	return &client{t: t, base: base, http: &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: checked(t, base, nil)}}
+	api := apptest.NewClient(t, base)
+	api.HTTP.Timeout, api.HTTP.Transport = 30*time.Second, checked(t, base, nil)
+	return &client{t: t, base: base, http: api.HTTP, api: api}
 }
 
+// do sends body as JSON (none when nil) and decodes a JSON answer.
 func (c *client) do(method, path string, body any) (int, map[string]any, http.Header) {
 	c.t.Helper()
-	var r io.Reader
+	var b any
 	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
+		j, _ := json.Marshal(body)
+		b = j
 	}
-	req, _ := http.NewRequest(method, c.base+path, r)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	r := c.api.Do(method, path, b)
 	var m map[string]any
-	if len(raw) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		if err := json.Unmarshal(raw, &m); err != nil {
-			c.t.Fatalf("%s %s: bad JSON %q", method, path, raw)
-		}
+	if len(r.Body) > 0 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		r.JSON(c.t, &m)
 	}
-	return resp.StatusCode, m, resp.Header
+	return r.Status, m, r.Header
 }
 
-func (c *client) cookie() string {
-	u, _ := http.NewRequest("GET", c.base+"/", nil)
-	for _, ck := range c.http.Jar.Cookies(u.URL) {
-		if ck.Name == "sessionId" {
-			return ck.Value
-		}
-	}
-	return ""
-}
+// cookie is the session cookie the client holds ("" when signed out).
+func (c *client) cookie() string { return c.api.Cookie("sessionId") }
 
 func (c *client) mustStatus(want int, method, path string, body any) map[string]any {
 	c.t.Helper()

@@ -85,27 +85,10 @@ func (r rawResp) json(t *testing.T) map[string]any {
 // automatic Accept-Encoding or decompression: what is on the wire.
 func (c *client) raw(method, path string, hdr map[string]string, body io.Reader, contentType string) rawResp {
 	c.t.Helper()
-	req, err := http.NewRequest(method, c.base+path, body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	hc := &http.Client{Jar: c.http.Jar, Timeout: 2 * time.Minute, Transport: checked(c.t, c.base, &http.Transport{DisableCompression: true})}
-	resp, err := hc.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return rawResp{resp.StatusCode, resp.Header, b}
+	wire := *c.api
+	wire.HTTP = &http.Client{Jar: c.http.Jar, Timeout: 2 * time.Minute, Transport: checked(c.t, c.base, &http.Transport{DisableCompression: true})}
+	r := wire.Do(method, path, body, map[string]string{"Content-Type": contentType}, hdr)
+	return rawResp{r.Status, r.Header, r.Body}
 }
 
 func (c *client) upload(path string, parts ...part) rawResp {

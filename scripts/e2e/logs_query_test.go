@@ -5,7 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"github.com/acme/platform/pkg/testkit"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 
 	"github.com/acme/platform/pkg/embedded"
 )
@@ -36,20 +39,17 @@ func natsCLI(t *testing.T, natsURL string, args ...string) {
 	}
 }
 
-// waitLogs polls a listing until cond holds (10 s at most).
+// waitLogs polls a listing until cond holds (20 s at most).
 func waitLogs(t *testing.T, c *client, path string, cond func([]map[string]any) bool) []map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ls := logsOf(t, c.mustStatus(201, "GET", path, nil))
-		if cond(ls) {
-			return ls
+	var ls []map[string]any
+	apptest.Eventually(t, 20*time.Second, func() error {
+		if ls = logsOf(t, c.mustStatus(201, "GET", path, nil)); !cond(ls) {
+			return fmt.Errorf("GET %s: still %v", path, ls)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: still %v after 20s", path, ls)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return ls
 }
 
 // search reads every page of a q= listing through the gateway, following

@@ -11,6 +11,7 @@ import (
 
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/scripts/stack"
 	"github.com/nats-io/nats.go"
 )
@@ -52,17 +53,10 @@ func listAll(t *testing.T, c *client, path string) int {
 	return countAll(t, func(u string) map[string]any { return c.mustStatus(201, "GET", u, nil) }, path)
 }
 
-func logsOf(t *testing.T, m map[string]any) []map[string]any {
+// logsOf is the "logs" array of a listing.
+func logsOf(t *testing.T, body map[string]any) []map[string]any {
 	t.Helper()
-	raw, ok := m["logs"].([]any)
-	if !ok {
-		t.Fatalf("no logs array: %v", m)
-	}
-	out := make([]map[string]any, len(raw))
-	for i, r := range raw {
-		out[i] = r.(map[string]any)
-	}
-	return out
+	return apptest.Objects(t, body, "logs")
 }
 
 // Logs through the gateway: admin writes and reads, access for users and
@@ -176,17 +170,13 @@ func TestLogsThroughGateway(t *testing.T) {
 	if !lc.Log("SERVER-APP-B", logclient.TypeLog, "published over NATS", "nats-1") {
 		t.Fatal("logclient refused the record")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	apptest.Eventually(t, 10*time.Second, func() error {
 		ls := logsOf(t, admin.mustStatus(201, "GET", "/log/log/1/SERVER-APP-B", nil))
-		if len(ls) == 1 && ls[0]["logBody"] == "published over NATS" && ls[0]["metricsId"] == "nats-1" {
-			break
+		if len(ls) != 1 || ls[0]["logBody"] != "published over NATS" || ls[0]["metricsId"] != "nats-1" {
+			return fmt.Errorf("NATS record not queryable: %v", ls)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("NATS record not queryable after 10s: %v", ls)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// A poison message (unknown app on the subject) is dead-lettered and
 	// listed by GET /log/dead.
@@ -196,17 +186,13 @@ func TestLogsThroughGateway(t *testing.T) {
 	if err := nc.PublishMsg(poison); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	apptest.Eventually(t, 10*time.Second, func() error {
 		dead, _ := admin.mustStatus(200, "GET", "/log/dead?page=1&limit=10", nil)["deadLetters"].([]any)
-		if len(dead) == 1 && dead[0].(map[string]any)["msgId"] == "poison-1" {
-			break
+		if len(dead) != 1 || dead[0].(map[string]any)["msgId"] != "poison-1" {
+			return fmt.Errorf("poison message not dead-lettered: %v", dead)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("poison message not dead-lettered after 10s: %v", dead)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	ada.mustStatus(403, "GET", "/log/dead", nil)
 
 	// Kill the logs process (SIGKILL) while N records are being published,
@@ -231,15 +217,13 @@ func TestLogsThroughGateway(t *testing.T) {
 	}()
 	// Under the race detector and a parallel test run the first batch can
 	// take many seconds; poll gently so the polling does not slow it more.
-	deadline = time.Now().Add(2 * time.Minute)
 	var stored int
-	for stored < 100 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d records stored after 2 min", stored)
+	apptest.Eventually(t, 2*time.Minute, func() error {
+		if stored = listAll(t, admin, byApp); stored < 100 {
+			return fmt.Errorf("only %d records stored", stored)
 		}
-		time.Sleep(100 * time.Millisecond)
-		stored = listAll(t, admin, byApp)
-	}
+		return nil
+	})
 	p.Procs["logs"].Kill()
 	killedAt := time.Now()
 	wg.Wait()
@@ -259,13 +243,12 @@ func TestLogsThroughGateway(t *testing.T) {
 	// Generous: under the race detector and a parallel test run the
 	// redelivered batch (JetStream back-off, then its id documents read back
 	// one by one) takes far longer than it does alone (about 5 s).
-	deadline = time.Now().Add(6 * time.Minute)
-	for listAll(t, admin, byApp) < n || listAll(t, admin, byType) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d records stored 6 min after the restart (type listing %d)", listAll(t, admin, byApp), n, listAll(t, admin, byType))
+	apptest.Eventually(t, 6*time.Minute, func() error {
+		if a, b := listAll(t, admin, byApp), listAll(t, admin, byType); a < n || b < n {
+			return fmt.Errorf("%d of %d records stored after the restart (type listing %d)", a, n, b)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	// Let any redelivery (AckWait 2s) of a batch written before the kill arrive.
 	if d := 5*time.Second - time.Since(killedAt); d > 0 {
 		time.Sleep(d)

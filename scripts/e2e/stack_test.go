@@ -27,6 +27,7 @@ import (
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/scripts/stack"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/nats-io/nats.go"
@@ -57,28 +58,17 @@ func directTo(t *testing.T, sec stack.Secrets, proc *stack.Proc, aud string, cla
 
 func (d direct) do(method, path string, body io.Reader, contentType string) rawResp {
 	d.t.Helper()
-	req, err := http.NewRequest(method, "http://"+d.proc.Addr+path, body)
-	if err != nil {
-		d.t.Fatal(err)
-	}
 	tok, err := d.signer.Sign(d.claims, d.aud)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	req.Header.Set(identity.Header, tok)
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	c := apptest.NewClient(d.t, "http://"+d.proc.Addr).With(identity.Header, tok)
+	c.HTTP = &http.Client{Timeout: time.Minute}
+	r, err := c.Send(method, path, body, map[string]string{"Content-Type": contentType})
 	if err != nil {
 		d.t.Fatalf("%s %s on %s: %v", method, path, d.proc.Name, err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		d.t.Fatalf("%s %s on %s: %v", method, path, d.proc.Name, err)
-	}
-	return rawResp{resp.StatusCode, resp.Header, b}
+	return rawResp{r.Status, r.Header, r.Body}
 }
 
 func (d direct) json(method, path string, body any) (int, map[string]any) {

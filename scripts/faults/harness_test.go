@@ -15,8 +15,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,6 +24,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/embedded"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/scripts/stack"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -254,14 +253,12 @@ func (e *env) restart(name string) *stack.Proc {
 
 // client is an HTTP client with its own cookie jar.
 type client struct {
-	t    *testing.T
-	base string
-	http *http.Client
+	t   *testing.T
+	api *apptest.Client
 }
 
 func newClient(t *testing.T, base string) *client {
-	jar, _ := cookiejar.New(nil)
-	return &client{t: t, base: base, http: &http.Client{Jar: jar, Timeout: 60 * time.Second}}
+	return &client{t: t, api: apptest.NewClient(t, base)}
 }
 
 // result is one exchange: status (0 on a transport error), whether the body
@@ -274,24 +271,14 @@ type result struct {
 	elapsed time.Duration
 }
 
+// send never fails the test: faults make errors that are counted.
 func (c *client) send(method, path string, body io.Reader, contentType string) result {
 	start := time.Now()
-	req, err := http.NewRequest(method, c.base+path, body)
-	if err != nil {
-		return result{err: err}
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
+	r, err := c.api.Send(method, path, body, map[string]string{"Content-Type": contentType})
+	if r == nil {
 		return result{err: err, elapsed: time.Since(start)}
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	r := result{status: resp.StatusCode, body: b, err: err, elapsed: time.Since(start)}
-	r.json = strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && json.Valid(b)
-	return r
+	return result{status: r.Status, json: r.IsJSON(), body: r.Body, err: err, elapsed: r.Elapsed}
 }
 
 func (c *client) do(method, path string, body any) result {

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -90,7 +90,7 @@ type gw struct {
 
 func startGateway(t *testing.T, extra map[string]string) *gw {
 	t.Helper()
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	id := testkit.NewIdentity(t)
 	fa := &fakeAuth{}
 	auth := httptest.NewServer(fa)
@@ -114,45 +114,29 @@ func startGateway(t *testing.T, extra map[string]string) *gw {
 	for k, v := range extra {
 		env[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, env.Getenv, io.Discard, func(a string) { addr <- a }) }()
-	var a string
-	select {
-	case a = <-addr:
-	case err := <-done:
-		t.Fatalf("gateway did not start: %v", err)
-	}
-	t.Cleanup(func() { cancel(); <-done })
+	svc := apptest.Start(t, Run, env.Getenv, apptest.Options{IgnoreRunError: true})
 	pub, _ := identity.ParsePublicKey(id.PublicPEM)
-	return &gw{url: "http://" + a, auth: fa, env: env,
+	return &gw{url: svc.URL, auth: fa, env: env,
 		verify: func(aud string) *identity.Verifier { return identity.NewVerifier(pub, aud) }}
 }
 
+// do sends body (JSON when not empty) with the session cookie, if any, and
+// decodes the JSON answer.
 func do(t *testing.T, method, url, cookie, body string, hdr map[string]string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	c := apptest.NewClient(t, url)
+	c.HTTP = http.DefaultClient
 	if cookie != "" {
-		req.AddCookie(&http.Cookie{Name: "sessionId", Value: cookie})
+		c = c.With("Cookie", (&http.Cookie{Name: "sessionId", Value: cookie}).String())
 	}
+	var b any
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		b = body
 	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var m map[string]any
-	raw, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("%s %s: non-JSON body %q", method, url, raw)
-	}
-	return resp.StatusCode, m
+	r := c.Do(method, "", b, hdr)
+	r.JSON(t, &m)
+	return r.Status, m
 }
 
 func TestProtectedRoutes(t *testing.T) {
@@ -237,23 +221,18 @@ func TestSessionCacheAndRevocationOverNATS(t *testing.T) {
 	}
 	// auth ends the session and announces it; the cached entry must go at once.
 	g.auth.revoked.Store(userCookie, true)
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	hash := sha256hex(userCookie)
 	msg, _ := json.Marshal(map[string]any{"sessions": []string{hash}})
 	if err := s.NATS.Publish(g.env["NATS_SUBJECT_PREFIX"]+".auth.revoked", msg); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		status, _ := do(t, "GET", g.url+"/files", userCookie, "", nil)
-		if status == 401 {
-			break
+	apptest.Eventually(t, 2*time.Second, func() error {
+		if status, _ := do(t, "GET", g.url+"/files", userCookie, "", nil); status != 401 {
+			return fmt.Errorf("revoked session still accepted: %d", status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("revoked session still accepted: %d", status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	// Revoking by user id works too.
 	if status, _ := do(t, "GET", g.url+"/log/log/1", adminCookie, "", nil); status != 200 {
 		t.Fatal("admin")
@@ -261,16 +240,12 @@ func TestSessionCacheAndRevocationOverNATS(t *testing.T) {
 	g.auth.revoked.Store(adminCookie, true)
 	msg, _ = json.Marshal(map[string]any{"users": []string{"a1"}})
 	_ = s.NATS.Publish(g.env["NATS_SUBJECT_PREFIX"]+".auth.revoked", msg)
-	deadline = time.Now().Add(2 * time.Second)
-	for {
-		if status, _ := do(t, "GET", g.url+"/log/log/1", adminCookie, "", nil); status == 401 {
-			break
+	apptest.Eventually(t, 2*time.Second, func() error {
+		if status, _ := do(t, "GET", g.url+"/log/log/1", adminCookie, "", nil); status != 401 {
+			return fmt.Errorf("user revocation ignored: %d", status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("user revocation ignored")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A revocation that auth published and flushed before a request was sent is
@@ -280,7 +255,7 @@ func TestSessionCacheAndRevocationOverNATS(t *testing.T) {
 // stale cache would answer 200.
 func TestRevocationAppliedBeforeTheNextRequest(t *testing.T) {
 	g := startGateway(t, nil)
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	nc, err := nats.Connect(s.NATSURL)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/metrics/metricstest"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
 
 // Two auth replicas behind the real gateway, one killed between requests:
@@ -120,7 +121,7 @@ func TestAuthReplacedRequestsWait(t *testing.T) {
 	a.Listener = ln
 	a.Start()
 	t.Cleanup(a.Close)
-	var out logBuffer
+	var out apptest.Log
 	g := runGateway(t, map[string]http.Handler{"files": http.HandlerFunc(echo), "logs": http.HandlerFunc(echo)}, &out,
 		map[string]string{"GATEWAY_AUTH_URL": "http://" + addr, "GATEWAY_SESSION_CACHE_TTL": "0s", "GATEWAY_RETRY_WAIT": "20s"})
 	t.Cleanup(func() {
@@ -135,14 +136,12 @@ func TestAuthReplacedRequestsWait(t *testing.T) {
 	// Once the gateway has seen it go (a request sent at the very moment
 	// the replica closes its kept-alive connections may have been written
 	// to one; a POST then fails, as it may have been acted on).
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if status, _ := do(t, "GET", g.url+"/readyz", "", "", nil); status == 503 {
-			break
+	apptest.Eventually(t, 15*time.Second, func() error {
+		if status, _ := do(t, "GET", g.url+"/readyz", "", "", nil); status != 503 {
+			return fmt.Errorf("readyz still %d with the only auth replica stopped", status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("readyz still 200 with the only auth replica stopped")
-		}
-	}
+		return nil
+	})
 	type result struct {
 		status int
 		body   map[string]any
@@ -175,38 +174,24 @@ func TestAuthReplacedRequestsWait(t *testing.T) {
 // A request waiting for a replica when the gateway is told to stop is
 // answered (503 JSON) within the shutdown grace, and Run returns cleanly.
 func TestShutdownEndsWaits(t *testing.T) {
-	var out logBuffer
+	var out apptest.Log
 	g := runGateway(t, map[string]http.Handler{"auth": &fakeAuth{}, "logs": http.HandlerFunc(echo)}, &out,
 		map[string]string{"GATEWAY_RETRY_WAIT": "1m", "GATEWAY_SHUTDOWN_GRACE": "2s"}) // files: a closed port
-	type result struct {
-		status int
-		raw    string
-		err    error
-	}
-	resc := make(chan result, 1)
-	go func() {
-		resp, err := (&http.Client{Transport: &http.Transport{}}).Get(g.url + "/images/x") // public: files only
-		if err != nil {
-			resc <- result{err: err}
-			return
+	c := apptest.NewClient(t, g.url)
+	c.HTTP = &http.Client{Transport: &http.Transport{}} // a connection of its own
+	resc := c.Go("GET", "/images/x", nil)               // public: files only
+	apptest.Eventually(t, 15*time.Second, func() error {
+		if !strings.Contains(out.String(), "requests wait for one") {
+			return fmt.Errorf("the request is not waiting; log:\n%s", out.String())
 		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		resc <- result{status: resp.StatusCode, raw: string(raw)}
-	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(out.String(), "requests wait for one") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the request is not waiting; log:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	start := time.Now()
 	g.stop()
 	select {
 	case r := <-resc:
-		if r.err != nil || r.status != 503 || !strings.Contains(r.raw, `"service_unavailable"`) {
-			t.Fatalf("the waiting request: %d %q %v", r.status, r.raw, r.err)
+		if r.Err != nil || r.Status != 503 || !strings.Contains(string(r.Body), `"service_unavailable"`) {
+			t.Fatalf("the waiting request: %d %q %v", r.Status, r.Body, r.Err)
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("answered %v after shutdown began, grace 2s", d)
@@ -215,11 +200,11 @@ func TestShutdownEndsWaits(t *testing.T) {
 		t.Fatal("the waiting request got no answer")
 	}
 	select {
-	case err := <-g.done:
+	case <-g.svc.Done():
+		err := g.svc.Err()
 		if err != nil {
 			t.Errorf("Run: %v", err)
 		}
-		g.done <- nil // for the cleanup
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not return")
 	}

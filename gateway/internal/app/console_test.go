@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/gateway/internal/console"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
 
 func noRedirect() *http.Client {
@@ -190,7 +191,7 @@ func TestEventStreamThroughGateway(t *testing.T) {
 	}
 	// The client going away ends the upstream stream.
 	resp.Body.Close()
-	waitUntil(t, 5*time.Second, "upstream stream ended after the client left", func() bool { return up.closed.Load() == 1 })
+	apptest.Until(t, 5*time.Second, "upstream stream ended after the client left", func() bool { return up.closed.Load() == 1 })
 
 	// Shutdown ends open streams at once instead of waiting its grace.
 	resp, rd = open()
@@ -201,22 +202,12 @@ func TestEventStreamThroughGateway(t *testing.T) {
 	start = time.Now()
 	r.stop()
 	select {
-	case err := <-r.done:
-		r.done <- err // for the cleanup
+	case <-r.svc.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("gateway shutdown held by an event stream")
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("shutdown took %v with an open stream", d)
 	}
-	waitUntil(t, 5*time.Second, "upstream stream ended at shutdown", func() bool { return up.closed.Load() == 2 })
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out: %s", what)
-		}
-	}
+	apptest.Until(t, 5*time.Second, "upstream stream ended at shutdown", func() bool { return up.closed.Load() == 2 })
 }

@@ -1,11 +1,11 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -18,32 +18,17 @@ import (
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/metrics/metricstest"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
-
-// logBuffer is the gateway's stdout, safe for concurrent writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // running is a gateway started by runGateway.
 type running struct {
 	url, addr, metricsAddr string
-	stop                   context.CancelFunc
-	done                   chan error
+	svc                    *apptest.Service
 }
+
+// stop begins the gateway's shutdown; svc.Done tells when Run returned.
+func (r *running) stop() { r.svc.Cancel() }
 
 // withReadyz answers GET /readyz with 200 as every real service does, so the
 // gateway's readiness probes never reach a test's handler.
@@ -61,7 +46,7 @@ func withReadyz(h http.Handler) http.Handler {
 // closed port), its metrics on a port of its own, writing its log to out.
 func runGateway(t *testing.T, upstreams map[string]http.Handler, out io.Writer, extra map[string]string) *running {
 	t.Helper()
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	id := testkit.NewIdentity(t)
 	env := testkit.Env{
 		"GATEWAY_ADDR":                 "127.0.0.1:0",
@@ -87,28 +72,11 @@ func runGateway(t *testing.T, upstreams map[string]http.Handler, out io.Writer, 
 	for k, v := range extra {
 		env[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{stop: cancel, done: make(chan error, 1)}
-	addrc, maddrc := make(chan string, 1), make(chan string, 1)
-	go func() {
-		r.done <- run(ctx, env.Getenv, out, func(a string) { addrc <- a }, hooks{metricsReady: func(a string) { maddrc <- a }})
-	}()
-	select {
-	case r.addr = <-addrc:
-		r.metricsAddr = <-maddrc
-	case err := <-r.done:
-		cancel()
-		t.Fatalf("gateway did not start: %v", err)
-	}
-	r.url = "http://" + r.addr
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second):
-			t.Error("gateway did not stop")
-		}
-	})
+	maddrc := make(chan string, 1)
+	svc := apptest.Start(t, func(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string)) error {
+		return run(ctx, getenv, stdout, ready, hooks{metricsReady: func(a string) { maddrc <- a }})
+	}, env.Getenv, apptest.Options{Stdout: out, IgnoreRunError: true}) // tests that care read svc.Err
+	r := &running{url: svc.URL, addr: svc.Addr, metricsAddr: <-maddrc, svc: svc}
 	return r
 }
 
@@ -228,7 +196,7 @@ func (a *secretAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // request id.
 func TestNoSecretsInGatewayLogs(t *testing.T) {
 	auth := &secretAuth{cookies: map[string]bool{}}
-	var out logBuffer
+	var out apptest.Log
 	g := runGateway(t, map[string]http.Handler{"auth": auth, "files": auth, "logs": auth}, &out, nil)
 	const (
 		firstPW  = "first-Secret-phrase-51"
@@ -300,16 +268,11 @@ func TestNoSecretsInGatewayLogs(t *testing.T) {
 		}
 	}
 	requests := 0
-	for _, line := range strings.Split(strings.TrimSpace(logged), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Errorf("not a JSON line: %.200q", line)
-			continue
-		}
+	for _, m := range out.Lines(t) {
 		if m["msg"] == "request" {
 			requests++
 			if rid, _ := m["rid"].(string); rid == "" {
-				t.Errorf("access line without a request id: %s", line)
+				t.Errorf("access line without a request id: %v", m)
 			}
 		}
 	}
@@ -332,22 +295,9 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	})
 	g := runGateway(t, map[string]http.Handler{"files": slow}, io.Discard, nil)
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before the servers close
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	resc := make(chan result, 1)
-	go func() {
-		resp, err := (&http.Client{Transport: &http.Transport{}}).Get(g.url + "/images/slow") // public: no session lookup
-		if err != nil {
-			resc <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		resc <- result{status: resp.StatusCode, body: string(b)}
-	}()
+	c := apptest.NewClient(t, g.url)
+	c.HTTP = &http.Client{Transport: &http.Transport{}} // a connection of its own
+	resc := c.Go("GET", "/images/slow", nil)            // public: no session lookup
 	select {
 	case <-arrived:
 	case <-time.After(10 * time.Second):
@@ -363,15 +313,15 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 		c.Close()
 		return false
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !refused(g.addr) {
-		if time.Now().After(deadline) {
-			t.Fatal("new connections still accepted after shutdown began")
+	apptest.Eventually(t, 10*time.Second, func() error {
+		if !refused(g.addr) {
+			return errors.New("new connections still accepted after shutdown began")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	select {
-	case err := <-g.done:
+	case <-g.svc.Done():
+		err := g.svc.Err()
 		t.Fatalf("Run returned with a request in flight: %v", err)
 	case <-time.After(200 * time.Millisecond):
 	}
@@ -382,18 +332,18 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	releaseOnce.Do(func() { close(release) })
 	select {
 	case r := <-resc:
-		if r.err != nil || r.status != 200 || r.body != `{"done":true}` {
-			t.Fatalf("in-flight request: %d %q %v", r.status, r.body, r.err)
+		if r.Err != nil || r.Status != 200 || string(r.Body) != `{"done":true}` {
+			t.Fatalf("in-flight request: %d %q %v", r.Status, r.Body, r.Err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("in-flight request got no answer")
 	}
 	select {
-	case err := <-g.done:
+	case <-g.svc.Done():
+		err := g.svc.Err()
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		g.done <- nil // for the cleanup
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return")
 	}
@@ -420,14 +370,14 @@ func TestShutdownDeadline(t *testing.T) {
 	start := time.Now()
 	g.stop()
 	select {
-	case err := <-g.done:
+	case <-g.svc.Done():
+		err := g.svc.Err()
 		if err == nil {
 			t.Error("Run reported a clean stop although a request was cut")
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("Run took %v with a 300ms grace", d)
 		}
-		g.done <- nil
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after the grace period")
 	}

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/services/auth/internal/app"
 	"github.com/acme/platform/services/auth/internal/password"
 	"github.com/golang-jwt/jwt/v5"
@@ -35,8 +37,7 @@ func TestDefaultsAreOWASP(t *testing.T) {
 }
 
 func TestRefusesToStartMisconfigured(t *testing.T) {
-	srv := testkit.Get(t)
-	id := testkit.NewIdentity(t)
+	srv := testkit.Get(t, testkit.Mongo, testkit.NATS)
 	for name, tc := range map[string]struct {
 		drop    string
 		set     map[string]string
@@ -54,17 +55,11 @@ func TestRefusesToStartMisconfigured(t *testing.T) {
 		"badAuditApp":         {set: map[string]string{"AUTH_AUDIT_APP": "a.b"}, message: "AUTH_AUDIT_APP"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env := srv.NewEnv(t)
-			env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-			env["AUTH_ADDR"] = "127.0.0.1:0"
-			env["AUTH_SERVICE_CREDENTIALS"] = credential
-			delete(env, tc.drop)
-			for k, v := range tc.set {
-				env[k] = v
-			}
+			env, _ := srv.ServiceEnv(t, []string{"AUTH_ADDR"}, map[string]string{"AUTH_SERVICE_CREDENTIALS": credential},
+				map[string]string{tc.drop: ""}, tc.set)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			err := app.Run(ctx, env.Getenv, &syncBuffer{}, func(string) { t.Error("service started") })
+			err := app.Run(ctx, env.Getenv, &apptest.Log{}, func(string) { t.Error("service started") })
 			if err == nil || !strings.Contains(err.Error(), tc.message) {
 				t.Fatalf("Run = %v, want an error about %s", err, tc.message)
 			}
@@ -217,15 +212,15 @@ func TestBootstrapAdmin(t *testing.T) {
 	}
 	env["MONGO_DB"] = h.srv.Database(t)
 	const replicas = 3
-	outs := make([]*syncBuffer, replicas)
+	outs := make([]*apptest.Log, replicas)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	readies := make(chan string, replicas)
 	errs := make(chan error, replicas)
 	for i := range outs {
-		outs[i] = &syncBuffer{}
+		outs[i] = &apptest.Log{}
 		wg.Add(1)
-		go func(out *syncBuffer) {
+		go func(out *apptest.Log) {
 			defer wg.Done()
 			errs <- app.Run(ctx, env.Getenv, out, func(a string) { readies <- a })
 		}(outs[i])
@@ -307,17 +302,13 @@ func TestSweeperDeletesExpiredSessions(t *testing.T) {
 	setSession(t, h, expired, bson.M{"expiresAt": time.Now().Add(-time.Minute)})
 	setSession(t, h, idle, bson.M{"lastSeenAt": time.Now().Add(-25 * time.Hour)})
 	coll := h.db.Collection("sessions")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	apptest.Eventually(t, 10*time.Second, func() error {
 		n, _ := coll.CountDocuments(context.Background(), bson.M{"_id": bson.M{"$in": bson.A{sha256Hex(expired), sha256Hex(idle)}}})
-		if n == 0 {
-			break
+		if n != 0 {
+			return fmt.Errorf("%d expired sessions not swept", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d expired sessions not swept", n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if n, _ := coll.CountDocuments(context.Background(), bson.M{"_id": sha256Hex(live)}); n != 1 {
 		t.Fatal("sweeper deleted a live session")
 	}

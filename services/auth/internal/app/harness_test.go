@@ -2,19 +2,16 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/services/auth/internal/app"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/nats-io/nats.go"
@@ -29,24 +26,6 @@ const (
 	adminPassword = "admin-password-123"
 )
 
-// syncBuffer is a concurrency-safe stdout for Run.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type harness struct {
 	t      testing.TB
 	srv    *testkit.Servers
@@ -54,7 +33,7 @@ type harness struct {
 	id     testkit.Identity
 	base   string
 	db     *mongo.Database
-	stdout *syncBuffer
+	stdout *apptest.Log
 }
 
 // lowCost are argon2 parameters for tests that are not about hashing.
@@ -67,24 +46,12 @@ var lowCost = map[string]string{
 // unless extra says otherwise.
 func newHarness(t testing.TB, extra map[string]string) *harness {
 	t.Helper()
-	srv := testkit.Get(t)
-	env := srv.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	env["AUTH_ADDR"] = "127.0.0.1:0"
-	env["AUTH_SERVICE_CREDENTIALS"] = credential
-	env["AUTH_ADMIN_PASSWORD"] = adminPassword
-	for k, v := range lowCost {
-		env[k] = v
-	}
-	for k, v := range extra {
-		if v == "" {
-			delete(env, k)
-		} else {
-			env[k] = v
-		}
-	}
-	h := &harness{t: t, srv: srv, env: env, id: id, db: srv.Mongo.Database(env["MONGO_DB"]), stdout: &syncBuffer{}}
+	srv := testkit.Get(t, testkit.Mongo, testkit.NATS)
+	env, id := srv.ServiceEnv(t, []string{"AUTH_ADDR"}, map[string]string{
+		"AUTH_SERVICE_CREDENTIALS": credential,
+		"AUTH_ADMIN_PASSWORD":      adminPassword,
+	}, lowCost, extra)
+	h := &harness{t: t, srv: srv, env: env, id: id, db: srv.Mongo.Database(env["MONGO_DB"]), stdout: &apptest.Log{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("service output:\n%s", h.stdout.String())
@@ -97,32 +64,7 @@ func newHarness(t testing.TB, extra map[string]string) *harness {
 // run starts one more replica on env and returns its base URL.
 func (h *harness) run(env testkit.Env) string {
 	h.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, env.Getenv, h.stdout, func(a string) { addrc <- a }) }()
-	select {
-	case a := <-addrc:
-		h.t.Cleanup(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					h.t.Errorf("Run: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				h.t.Error("Run did not return after cancel")
-			}
-		})
-		return "http://" + a
-	case err := <-done:
-		cancel()
-		h.t.Fatalf("Run: %v\n%s", err, h.stdout.String())
-	case <-time.After(60 * time.Second):
-		cancel()
-		h.t.Fatal("service did not start")
-	}
-	return ""
+	return apptest.Start(h.t, app.Run, env.Getenv, apptest.Options{Stdout: h.stdout, StopTimeout: 20 * time.Second}).URL
 }
 
 // token mints an identity token for the auth audience.
@@ -152,54 +94,24 @@ type req struct {
 	headers      map[string]string
 }
 
-var client = &http.Client{Timeout: 60 * time.Second}
+var client = &http.Client{Timeout: 60 * time.Second} // no cookie jar: tokens say who calls
 
 func (h *harness) do(r req) resp {
 	h.t.Helper()
-	var rd io.Reader
-	switch b := r.body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		rd = bytes.NewReader(j)
-	}
-	hr, err := http.NewRequest(r.method, h.base+r.path, rd)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if r.body != nil {
-		ct := r.contentType
-		if ct == "" {
-			ct = "application/json"
-		}
-		hr.Header.Set("Content-Type", ct)
+	c := apptest.NewClient(h.t, h.base)
+	c.HTTP = client
+	hdr := map[string]string{}
+	if r.body != nil && r.contentType != "" {
+		hdr["Content-Type"] = r.contentType
 	}
 	if r.token != "" {
-		hr.Header.Set(identity.Header, r.token)
+		hdr[identity.Header] = r.token
 	}
 	for k, v := range r.headers {
-		hr.Header.Set(k, v)
+		hdr[k] = v
 	}
-	res, err := client.Do(hr)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", r.method, r.path, err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	out := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out.body); err != nil {
-			h.t.Fatalf("%s %s: %d body is not a JSON object: %q", r.method, r.path, res.StatusCode, raw)
-		}
-	}
-	return out
+	res := c.Do(r.method, r.path, r.body, hdr)
+	return resp{status: res.Status, header: res.Header, body: res.Object(h.t), raw: string(res.Body)}
 }
 
 // raw sends a request over a plain TCP connection, writing it in full

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -71,16 +70,11 @@ func TestNoSecretsInLogs(t *testing.T) {
 		}
 	}
 	var requests, withOurID int
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Errorf("not a JSON line: %.200q", line)
-			continue
-		}
+	for _, m := range h.stdout.Lines(t) {
 		if m["msg"] == "request" {
 			requests++
 			if rid, _ := m["rid"].(string); rid == "" {
-				t.Errorf("access line without a request id: %s", line)
+				t.Errorf("access line without a request id: %v", m)
 			} else if rid == requestID {
 				withOurID++
 			}

@@ -1,10 +1,12 @@
 package app_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/acme/platform/pkg/metrics/metricstest"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
 
 // The service's /metrics answers without an identity token and counts
@@ -52,17 +54,13 @@ func TestMetrics(t *testing.T) {
 	// One live session (the admin's); a second sign-in makes two.
 	waitSessions := func(want float64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		apptest.Eventually(t, 10*time.Second, func() error {
 			got, ok := metricstest.Scrape(t, h.base+"/metrics").Sum("acme_auth_sessions_active")
-			if ok && got == want {
-				return
+			if !ok || got != want {
+				return fmt.Errorf("acme_auth_sessions_active = %v (present %v), want %v", got, ok, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("acme_auth_sessions_active = %v (present %v), want %v", got, ok, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitSessions(1)
 	h.signIn(adminEmail, adminPassword)

@@ -3,12 +3,14 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"github.com/acme/platform/pkg/testkit"
 	"net"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 
 	"github.com/acme/platform/pkg/embedded"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -179,18 +181,14 @@ func TestUserCacheWithoutNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ns2.Shutdown)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	apptest.Eventually(t, 15*time.Second, func() error {
 		ra := a.do(req{method: "GET", path: "/readyz"})
 		rb := b.do(req{method: "GET", path: "/readyz"})
-		if ra.status == 200 && rb.status == 200 {
-			break
+		if ra.status != 200 || rb.status != 200 {
+			return fmt.Errorf("replicas not ready after NATS came back: %s / %s", ra.raw, rb.raw)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replicas not ready after NATS came back: %s / %s", ra.raw, rb.raw)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	for i := range 5 {
 		name := fmt.Sprintf("Finn online %d", i)
 		want(t, a.do(req{method: "PATCH", path: "/me", token: tok, body: map[string]any{"fullName": name}}), 200, "")

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 func newDB(t *testing.T) *mongo.Database {
 	t.Helper()
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.Mongo)
 	db := s.Mongo.Database(s.Database(t))
 	ctx := context.Background()
 	// Twice: start-up on an existing database must succeed.

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // then makes a round trip to the server has received it. Gateways rely on
 // this to refuse a session on the request after a sign-out.
 func TestRevokedIsOnTheServerWhenItReturns(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	prefix := s.SubjectPrefix(t)
 	pubConn, err := nats.Connect(s.NATSURL)
 	if err != nil {

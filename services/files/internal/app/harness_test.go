@@ -18,6 +18,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/minio/minio-go/v7"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -33,6 +34,7 @@ type harness struct {
 	env  testkit.Env
 	id   testkit.Identity
 	kit  *testkit.Servers
+	svc  *apptest.Service
 }
 
 // start runs the service with the test's own database and bucket; extra
@@ -40,44 +42,16 @@ type harness struct {
 func start(t testing.TB, extra map[string]string, hk hooks) *harness {
 	t.Helper()
 	kit := testkit.Get(t)
-	env := kit.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	env["FILES_ADDR"] = "127.0.0.1:0"
-	env["FILES_TUS_ADDR"] = "127.0.0.1:0"
-	env["FILES_PUBLIC_BASE_URL"] = "https://files.example.test/"
-	env["FILES_SWEEP_INTERVAL"] = "0"
-	for k, v := range extra {
-		env[k] = v
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
+	env, id := kit.ServiceEnv(t, []string{"FILES_ADDR", "FILES_TUS_ADDR"}, map[string]string{
+		"FILES_PUBLIC_BASE_URL": "https://files.example.test/",
+		"FILES_SWEEP_INTERVAL":  "0",
+	}, extra)
 	tusc := make(chan string, 1)
-	errc := make(chan error, 1)
 	hk.tusReady = func(a string) { tusc <- a }
-	go func() { errc <- run(ctx, env.Getenv, io.Discard, func(a string) { addrc <- a }, hk) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-errc:
-		cancel()
-		t.Fatalf("run: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		t.Fatal("service did not start")
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("run returned %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("service did not stop")
-		}
-	})
-	return &harness{t: t, base: "http://" + addr, tus: "http://" + <-tusc, env: env, id: id, kit: kit}
+	svc := apptest.Start(t, func(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string)) error {
+		return run(ctx, getenv, stdout, ready, hk)
+	}, env.Getenv, apptest.Options{})
+	return &harness{t: t, base: svc.URL, tus: "http://" + <-tusc, env: env, id: id, kit: kit, svc: svc}
 }
 
 func (h *harness) token(sub, role string) string {
@@ -91,8 +65,10 @@ func (h *harness) anonymous() string       { return h.token("", "") }
 
 // response is a finished exchange.
 type response struct {
-	*http.Response
-	body []byte
+	StatusCode    int
+	Header        http.Header
+	ContentLength int64
+	body          []byte
 }
 
 func (r *response) json(t testing.TB) map[string]any {
@@ -104,6 +80,7 @@ func (r *response) json(t testing.TB) map[string]any {
 	return m
 }
 
+// client sends what the test says, compressed or not, as it is.
 var client = &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 120 * time.Second}
 
 func (h *harness) do(method, path, token string, body io.Reader, hdr map[string]string) *response {
@@ -113,26 +90,13 @@ func (h *harness) do(method, path, token string, body io.Reader, hdr map[string]
 
 func (h *harness) doURL(method, url, token string, body io.Reader, hdr map[string]string) *response {
 	h.t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	c := apptest.NewClient(h.t, "")
+	c.HTTP = client
 	if token != "" {
-		req.Header.Set(identity.Header, token)
+		c = c.With(identity.Header, token)
 	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatalf("%s %s: reading body: %v", method, url, err)
-	}
-	return &response{Response: resp, body: b}
+	r := c.Do(method, url, body, hdr)
+	return &response{StatusCode: r.Status, Header: r.Header, ContentLength: r.ContentLength, body: r.Body}
 }
 
 func (h *harness) get(path, token string, hdr map[string]string) *response {
@@ -223,17 +187,12 @@ func (h *harness) records() int64 {
 // empty bucket and no records.
 func (h *harness) assertNothingStored(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		objs, recs := h.objects(), h.records()
-		if len(objs) == 0 && recs == 0 {
-			return
+	apptest.Eventually(t, 10*time.Second, func() error {
+		if objs, recs := h.objects(), h.records(); len(objs) != 0 || recs != 0 {
+			return fmt.Errorf("left behind: objects %v, records %d", objs, recs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind: objects %v, records %d", objs, recs)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func wantStatus(t testing.TB, r *response, status int) {

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"io"
 	"mime/multipart"
 	"net"
@@ -12,59 +11,22 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/metrics/metricstest"
-	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
 
 // On shutdown the listener closes at once (new connections are refused),
 // while an upload already in progress is read to its end, stored and
 // answered; then Run returns.
 func TestShutdownFinishesInFlightUpload(t *testing.T) {
-	kit := testkit.Get(t)
-	env := kit.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	env["FILES_ADDR"] = "127.0.0.1:0"
-	env["FILES_TUS_ADDR"] = "127.0.0.1:0"
-	env["FILES_SWEEP_INTERVAL"] = "0"
-	env["FILES_SHUTDOWN_GRACE"] = "30s"
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, env.Getenv, io.Discard, func(a string) { addrc <- a }, hooks{}) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("service did not start")
-	}
-	h := &harness{t: t, base: "http://" + addr, env: env, id: id, kit: kit}
+	h := start(t, map[string]string{"FILES_SHUTDOWN_GRACE": "30s"}, hooks{})
+	addr := strings.TrimPrefix(h.base, "http://")
 
 	// An upload whose body comes in two halves, the second after shutdown began.
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
-	req, _ := http.NewRequest(http.MethodPost, h.base+"/upload/file", pr)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set(identity.Header, h.user("u1"))
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	resc := make(chan result, 1)
-	go func() {
-		c := &http.Client{Transport: &http.Transport{}}
-		resp, err := c.Do(req)
-		if err != nil {
-			resc <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		resc <- result{status: resp.StatusCode, body: string(b)}
-	}()
+	c := apptest.NewClient(t, h.base).With(identity.Header, h.user("u1"))
+	c.HTTP = &http.Client{Transport: &http.Transport{}} // a connection of its own
+	resc := c.Go(http.MethodPost, "/upload/file", pr, map[string]string{"Content-Type": mw.FormDataContentType()})
 	fw, err := mw.CreateFormFile("file", "slow.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -74,13 +36,13 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The handler is reading the body once uploaded bytes are counted.
-	waitUntil(t, "upload in progress", func() bool {
+	apptest.Until(t, 10*time.Second, "upload in progress", func() bool {
 		v, _ := metricstest.Scrape(t, h.base+"/metrics").Sum("acme_files_uploaded_bytes_total")
 		return v > 0
 	})
 
-	cancel() // shutdown begins
-	waitUntil(t, "new connections refused", func() bool {
+	h.svc.Cancel() // shutdown begins
+	apptest.Until(t, 10*time.Second, "new connections refused", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return true
@@ -89,8 +51,8 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 		return false
 	})
 	select {
-	case err := <-done:
-		t.Fatalf("run returned with an upload in flight: %v", err)
+	case <-h.svc.Done():
+		t.Fatalf("run returned with an upload in flight: %v", h.svc.Err())
 	default:
 	}
 
@@ -103,15 +65,15 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 	pw.Close()
 	select {
 	case r := <-resc:
-		if r.err != nil || r.status != http.StatusCreated {
-			t.Fatalf("in-flight upload: status %d, err %v, body %s", r.status, r.err, r.body)
+		if r.Err != nil || r.Status != http.StatusCreated {
+			t.Fatalf("in-flight upload: status %d, err %v, body %s", r.Status, r.Err, r.Body)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("in-flight upload got no answer")
 	}
 	select {
-	case err := <-done:
-		if err != nil {
+	case <-h.svc.Done():
+		if err := h.svc.Err(); err != nil {
 			t.Fatalf("run: %v", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -119,16 +81,5 @@ func TestShutdownFinishesInFlightUpload(t *testing.T) {
 	}
 	if n := h.records(); n != 1 {
 		t.Fatalf("%d records after shutdown, want the upload's 1", n)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

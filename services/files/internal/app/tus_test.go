@@ -14,6 +14,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -52,22 +53,19 @@ func (h *harness) tusOffset(t *testing.T, token, path string) int64 {
 
 func (h *harness) tusPatch(t *testing.T, token, path string, offset int64, body io.Reader, n int64) *response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPatch, h.tus+path, body)
-	if err != nil {
-		t.Fatal(err)
+	c := apptest.NewClient(t, h.tus)
+	c.HTTP = client
+	r, err := c.Send(http.MethodPatch, path, body, map[string]string{
+		identity.Header:  token,
+		"Tus-Resumable":  "1.0.0",
+		"Content-Type":   "application/offset+octet-stream",
+		"Upload-Offset":  strconv.FormatInt(offset, 10),
+		"Content-Length": strconv.FormatInt(n, 10),
+	})
+	if r == nil { // no answer: status 0, the error as the body
+		return &response{body: []byte(err.Error())}
 	}
-	req.ContentLength = n
-	req.Header.Set(identity.Header, token)
-	req.Header.Set("Tus-Resumable", "1.0.0")
-	req.Header.Set("Content-Type", "application/offset+octet-stream")
-	req.Header.Set("Upload-Offset", strconv.FormatInt(offset, 10))
-	resp, err := client.Do(req)
-	if err != nil {
-		return &response{Response: &http.Response{StatusCode: 0}, body: []byte(err.Error())}
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return &response{Response: resp, body: b}
+	return &response{StatusCode: r.Status, Header: r.Header, ContentLength: r.ContentLength, body: r.Body}
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

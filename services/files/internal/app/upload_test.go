@@ -192,7 +192,7 @@ func TestUploadLimits(t *testing.T) {
 		// broken write instead of the answer.
 		raw := testkit.RawRequest(t, h.base, http.MethodPost, "/upload/file",
 			map[string]string{"Content-Type": ct, identity.Header: tok}, string(body))
-		r := &response{Response: &http.Response{StatusCode: raw.Status, Header: raw.Header}, body: raw.Body}
+		r := &response{StatusCode: raw.Status, Header: raw.Header, body: raw.Body}
 		wantError(t, r, http.StatusRequestEntityTooLarge, "file_too_large")
 		h.assertNothingStored(t)
 	})

@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	kit := testkit.Get(t)
+	kit := testkit.Get(t, testkit.Mongo)
 	s := New(kit.Mongo.Database(kit.Database(t)))
 	for i := 0; i < 2; i++ { // idempotent
 		if err := s.EnsureIndexes(context.Background()); err != nil {

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	kit := testkit.Get(t)
+	kit := testkit.Get(t, testkit.S3)
 	s, err := New(Options{Endpoint: kit.S3Endpoint, AccessKey: kit.S3Access, SecretKey: kit.S3Secret,
 		Bucket: kit.Bucket(t), PartSize: 5 << 20, UploadThreads: 2})
 	if err != nil {
@@ -219,7 +219,7 @@ func TestReadResumesWhereTheServerFailed(t *testing.T) {
 // TestSeveralEndpoints: with a list of nodes the store uses the ones that
 // answer; requests are signed for the first, which need not be reachable.
 func TestSeveralEndpoints(t *testing.T) {
-	kit := testkit.Get(t)
+	kit := testkit.Get(t, testkit.S3)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

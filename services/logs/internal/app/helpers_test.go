@@ -1,18 +1,15 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/services/logs/internal/app"
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/logs/storetest"
@@ -30,8 +27,7 @@ type svc struct {
 	env    testkit.Env
 	id     testkit.Identity
 	base   string
-	cancel context.CancelFunc
-	done   chan error
+	run    *apptest.Service
 	mu     sync.Mutex
 	seqs   map[string]uint64 // msgID -> stream sequence of its last publish (publish, storeDirect)
 	expect map[string]uint64 // msgID -> the sequence storeDirect stored it at
@@ -41,40 +37,16 @@ type svc struct {
 // a fresh identity key, quick redeliveries.
 func newEnv(t *testing.T, extra map[string]string) (*testkit.Servers, testkit.Env, testkit.Identity) {
 	t.Helper()
-	s := testkit.Get(t)
-	env := s.NewEnv(t)
-	id := testkit.NewIdentity(t)
-	env["IDENTITY_PUBLIC_KEY"] = id.PublicPEM
-	env["LOGS_ADDR"] = "127.0.0.1:0"
-	env["LOGS_ACK_WAIT"] = "1s"
-	env["LOGS_FETCH_WAIT"] = "100ms"
-	for k, v := range extra {
-		env[k] = v
-	}
+	s := testkit.Get(t, testkit.Mongo, testkit.NATS)
+	env, id := s.ServiceEnv(t, []string{"LOGS_ADDR"}, map[string]string{"LOGS_ACK_WAIT": "1s", "LOGS_FETCH_WAIT": "100ms"}, extra)
 	return s, env, id
 }
 
 // start runs app.Run in the background and waits until it listens.
 func start(t *testing.T, s *testkit.Servers, env testkit.Env, id testkit.Identity) *svc {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	v := &svc{t: t, s: s, env: env, id: id, cancel: cancel, done: make(chan error, 1)}
-	addr := make(chan string, 1)
-	go func() {
-		v.done <- app.Run(ctx, env.Getenv, io.Discard, func(a string) { addr <- a })
-	}()
-	select {
-	case a := <-addr:
-		v.base = "http://" + a
-	case err := <-v.done:
-		cancel()
-		t.Fatalf("Run returned before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		t.Fatal("service not ready after 60s")
-	}
-	t.Cleanup(v.stop)
-	return v
+	run := apptest.Start(t, app.Run, env.Getenv, apptest.Options{})
+	return &svc{t: t, s: s, env: env, id: id, base: run.URL, run: run}
 }
 
 func startService(t *testing.T, extra map[string]string) *svc {
@@ -85,21 +57,10 @@ func startService(t *testing.T, extra map[string]string) *svc {
 
 // stop cancels Run and waits for it (idempotent).
 func (v *svc) stop() {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.done == nil {
-		return
+	v.t.Helper()
+	if err := v.run.Stop(); err != nil {
+		v.t.Errorf("Run: %v", err)
 	}
-	v.cancel()
-	select {
-	case err := <-v.done:
-		if err != nil {
-			v.t.Errorf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		v.t.Error("Run did not return within 30s")
-	}
-	v.done = nil
 }
 
 func (v *svc) token(sub, role string) string {
@@ -112,41 +73,13 @@ func (v *svc) admin() string { return v.token("admin-1", identity.RoleAdmin) }
 // decodes a JSON answer.
 func (v *svc) do(method, path, token string, body any) (int, map[string]any) {
 	v.t.Helper()
-	var rd io.Reader
-	ct := ""
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd, ct = strings.NewReader(b), "application/json"
-	case []byte:
-		rd, ct = bytes.NewReader(b), "application/json"
-	default:
-		raw, _ := json.Marshal(b)
-		rd, ct = bytes.NewReader(raw), "application/json"
-	}
-	req, err := http.NewRequest(method, v.base+path, rd)
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	if ct != "" {
-		req.Header.Set("Content-Type", ct)
-	}
+	c := apptest.NewClient(v.t, v.base)
+	c.HTTP = http.DefaultClient
 	if token != "" {
-		req.Header.Set(identity.Header, token)
+		c = c.With(identity.Header, token)
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	var out map[string]any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			v.t.Fatalf("%s %s: status %d, body not JSON: %q", method, path, res.StatusCode, raw)
-		}
-	}
-	return res.StatusCode, out
+	r := c.Do(method, path, body)
+	return r.Status, r.Object(v.t)
 }
 
 func (v *svc) store() *mongostore.Store {
@@ -246,29 +179,10 @@ func (v *svc) byMsgID(msgID string) func(logs.Record) bool {
 	return func(r logs.Record) bool { return r.ID == id }
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
+// logsOf is the "logs" array of a listing.
 func logsOf(t *testing.T, body map[string]any) []map[string]any {
 	t.Helper()
-	raw, ok := body["logs"].([]any)
-	if !ok {
-		t.Fatalf("no logs array in %v", body)
-	}
-	out := make([]map[string]any, len(raw))
-	for i, r := range raw {
-		out[i] = r.(map[string]any)
-	}
-	return out
+	return apptest.Objects(t, body, "logs")
 }
 
 func jwtSubject(s string) jwt.RegisteredClaims { return jwt.RegisteredClaims{Subject: s} }

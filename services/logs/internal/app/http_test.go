@@ -16,6 +16,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/services/logs/internal/app"
 )
 
@@ -174,17 +175,9 @@ func TestPostLog(t *testing.T) {
 		}
 	})
 	t.Run("post415_contentType", func(t *testing.T) {
-		req, _ := http.NewRequest("POST", v.base+"/log", strings.NewReader(`{"app":"LOGGING","logBody":"x","type":"log"}`))
-		req.Header.Set(identity.Header, admin)
-		req.Header.Set("Content-Type", "text/plain")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != 415 {
-			t.Fatalf("status %d", res.StatusCode)
-		}
+		apptest.NewClient(t, v.base).With(identity.Header, admin).
+			Do("POST", "/log", `{"app":"LOGGING","logBody":"x","type":"log"}`, map[string]string{"Content-Type": "text/plain"}).
+			Expect(t, 415)
 	})
 	if n := v.count(nil); n != 3 {
 		t.Fatalf("%d records stored, want 3", n)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/metrics/metricstest"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
 
 // /metrics answers without an identity token and counts what the NATS
@@ -20,8 +21,8 @@ func TestMetrics(t *testing.T) {
 	v.storeDirect("dup-1", "ACME-S3", "stored before")
 	v.publish(subj, "dup-1", payload("ACME-S3", "log", "redelivered"))
 	v.publish(subj, "poison-1", []byte("{not json"))
-	waitFor(t, 20*time.Second, "records", func() bool { return v.count(nil) == 4 })
-	waitFor(t, 10*time.Second, "consumer settled", v.settled)
+	apptest.Until(t, 20*time.Second, "records", func() bool { return v.count(nil) == 4 })
+	apptest.Until(t, 10*time.Second, "consumer settled", v.settled)
 
 	st, _ := v.do("POST", "/log", v.admin(), map[string]string{"app": "ACME-S3", "type": "log", "logBody": "over HTTP"})
 	if st != 201 {
@@ -32,7 +33,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	var s metricstest.Samples
-	waitFor(t, 10*time.Second, "lag gauge refreshed", func() bool {
+	apptest.Until(t, 10*time.Second, "lag gauge refreshed", func() bool {
 		s = metricstest.Scrape(t, v.base+"/metrics")
 		p, ok := s.Sum("acme_logs_consumer_pending")
 		a, _ := s.Sum("acme_logs_consumer_ack_pending")
@@ -62,7 +63,7 @@ func TestConsumerLagMetric(t *testing.T) {
 	for i := range 5 {
 		v.publish(subj, fmt.Sprint("lag-", i), payload("SERVER-APP-A", "error", "waiting"))
 	}
-	waitFor(t, 10*time.Second, "consumer_pending = 5", func() bool {
+	apptest.Until(t, 10*time.Second, "consumer_pending = 5", func() bool {
 		got, _ := metricstest.Scrape(t, v.base+"/metrics").Sum("acme_logs_consumer_pending")
 		return got == 5
 	})

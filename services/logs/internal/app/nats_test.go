@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/mongostore"
 	"github.com/nats-io/nats.go"
@@ -86,13 +87,13 @@ func TestNATSIngest(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "25 records", func() bool { return v.count(byApp("SERVER-APP-A")) == 25 })
+	apptest.Until(t, 20*time.Second, "25 records", func() bool { return v.count(byApp("SERVER-APP-A")) == 25 })
 	st, got := v.do("GET", "/log/error/1/SERVER-APP-A?limit=100", v.admin(), nil)
 	ls := logsOf(t, got)
 	if st != 201 || len(ls) != 25 || ls[0]["logBody"] != "failure 24" || ls[0]["metricsId"] != "run-7" {
 		t.Fatalf("status %d, %d logs, first %v", st, len(ls), ls[0])
 	}
-	waitFor(t, 10*time.Second, "consumer settled", v.settled)
+	apptest.Until(t, 10*time.Second, "consumer settled", v.settled)
 }
 
 // Messages that can never be valid are terminated (not redelivered) and
@@ -124,13 +125,13 @@ func TestNATSPoisonMessages(t *testing.T) {
 
 	admin := v.admin()
 	var dead []any
-	waitFor(t, 20*time.Second, "dead letters", func() bool {
+	apptest.Until(t, 20*time.Second, "dead letters", func() bool {
 		_, got := v.do("GET", "/log/dead?limit=100", admin, nil)
 		dead, _ = got["deadLetters"].([]any)
 		return len(dead) >= len(poison)
 	})
-	waitFor(t, 10*time.Second, "valid record", func() bool { return v.count(v.byMsgID("good-1")) == 1 })
-	waitFor(t, 10*time.Second, "consumer settled", v.settled)
+	apptest.Until(t, 10*time.Second, "valid record", func() bool { return v.count(v.byMsgID("good-1")) == 1 })
+	apptest.Until(t, 10*time.Second, "consumer settled", v.settled)
 	time.Sleep(1500 * time.Millisecond) // longer than AckWait: nothing comes back
 	st, got := v.do("GET", "/log/dead?limit=100", admin, nil)
 	dead, _ = got["deadLetters"].([]any)
@@ -190,8 +191,8 @@ func TestNATSDuplicateMsgID(t *testing.T) {
 	v.storeDirect("dup-2", "ACME-S3", "stored before")
 	v.publish(subj, "dup-2", payload("ACME-S3", "log", "redelivered"))
 	v.publish(subj, "marker", payload("ACME-S3", "log", "marker"))
-	waitFor(t, 20*time.Second, "marker", func() bool { return v.count(v.byMsgID("marker")) == 1 })
-	waitFor(t, 10*time.Second, "consumer settled", v.settled)
+	apptest.Until(t, 20*time.Second, "marker", func() bool { return v.count(v.byMsgID("marker")) == 1 })
+	apptest.Until(t, 10*time.Second, "consumer settled", v.settled)
 	if n := v.count(v.byMsgID("dup-1")); n != 1 {
 		t.Fatalf("dup-1 (republished after the window) stored %d times", n)
 	}
@@ -238,7 +239,7 @@ func TestNATSStopMidStreamAndRestart(t *testing.T) {
 	filter := byApp("SERVER-APP-C")
 	v = start(t, s, env, id)
 	// Progress is read from the consumer (cheap), the records once at rest.
-	waitFor(t, 30*time.Second, "first records acked", func() bool { return v.consumerInfo().AckFloor.Stream > 0 })
+	apptest.Until(t, 30*time.Second, "first records acked", func() bool { return v.consumerInfo().AckFloor.Stream > 0 })
 	v.stop()
 	partial := v.count(filter)
 	t.Logf("stopped after %d of %d records", partial, n)
@@ -246,7 +247,7 @@ func TestNATSStopMidStreamAndRestart(t *testing.T) {
 		t.Fatalf("all %d records were stored before the stop; the test did not stop mid-stream", n)
 	}
 	v = start(t, s, env, id)
-	waitFor(t, 6*time.Minute, "consumer settled", v.settled)
+	apptest.Until(t, 6*time.Minute, "consumer settled", v.settled)
 	if got := v.count(filter); got != n {
 		t.Fatalf("%d records stored, want exactly %d", got, n)
 	}
@@ -272,7 +273,7 @@ func TestRetention(t *testing.T) {
 	}
 	v := start(t, s, env, id)
 	body := func(b string) func(logs.Record) bool { return func(r logs.Record) bool { return r.LogBody == b } }
-	waitFor(t, 10*time.Second, "old record removed", func() bool { return v.count(body("r0")) == 0 })
+	apptest.Until(t, 10*time.Second, "old record removed", func() bool { return v.count(body("r0")) == 0 })
 	if n := v.count(body("r1")); n != 1 {
 		t.Fatal("recent record removed")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/testkit/apptest"
 )
 
 // sseEvent is one server-sent event.
@@ -192,7 +193,7 @@ func TestTailStreamsNewRecords(t *testing.T) {
 	}
 
 	// The stored record has the id the tail announced.
-	waitFor(t, 10*time.Second, "tail-1 stored", func() bool { return v.count(v.byMsgID("tail-1")) == 1 })
+	apptest.Until(t, 10*time.Second, "tail-1 stored", func() bool { return v.count(v.byMsgID("tail-1")) == 1 })
 
 	// Clients going away end their subscriptions: the server side notices
 	// at the next heartbeat and the ephemeral consumers go.
@@ -201,7 +202,7 @@ func TestTailStreamsNewRecords(t *testing.T) {
 	}
 	res.Body.Close()
 	res2.Body.Close()
-	waitFor(t, 20*time.Second, "tail consumers removed", func() bool { return consumers() == base })
+	apptest.Until(t, 20*time.Second, "tail consumers removed", func() bool { return consumers() == base })
 }
 
 func TestTailEndsOnShutdown(t *testing.T) {

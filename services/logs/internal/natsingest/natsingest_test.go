@@ -152,7 +152,7 @@ func (r refusing) InsertBatch(ctx context.Context, rs []logs.Record) ([]error, e
 // A valid message the store refuses on every delivery is kept as a dead
 // letter on its last one, then terminated; the others are stored.
 func TestRefusedOnLastDeliveryIsDeadLettered(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.Mongo, testkit.NATS)
 	ctx := context.Background()
 	prefix := s.SubjectPrefix(t)
 	store := mongostore.New(s.Mongo.Database(s.Database(t)))
@@ -304,7 +304,7 @@ func TestStreamMadeAgainWhileRunning(t *testing.T) {
 // consumer of a fresh subject prefix (batches of 20, ack wait 1s).
 func newIngestEnv(t *testing.T) (*testkit.Servers, *mongostore.Store, []logs.App, Config, jetstream.Consumer) {
 	t.Helper()
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.Mongo, testkit.NATS)
 	ctx := context.Background()
 	store := mongostore.New(s.Mongo.Database(s.Database(t)))
 	if err := store.EnsureIndexes(ctx); err != nil {

@@ -17,7 +17,7 @@ import (
 // A follower that does not keep up loses records (counted) instead of
 // blocking delivery; those it keeps are the first ones, in stream order.
 func TestFollowerDropsWhenBehind(t *testing.T) {
-	s := testkit.Get(t)
+	s := testkit.Get(t, testkit.NATS)
 	ctx := context.Background()
 	prefix := s.SubjectPrefix(t)
 	cfg := Config{Prefix: prefix, Consumer: "logs-writer", BatchSize: 20, FetchWait: 100 * time.Millisecond,

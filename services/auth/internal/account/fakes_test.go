@@ -1,0 +1,276 @@
+package account_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/services/auth/internal/account"
+	"github.com/acme/platform/services/auth/internal/password"
+)
+
+// The fakes below implement the account service's stores with function
+// fields: a test sets the fields its case needs; a nil field answers as an
+// empty store would (not found, nothing done).
+
+type userStore struct {
+	CreateFn      func(ctx context.Context, u account.User) (account.User, error)
+	ByIDFn        func(ctx context.Context, id string) (account.User, error)
+	ByEmailFn     func(ctx context.Context, email string) (account.User, error)
+	UpdateFn      func(ctx context.Context, id string, p account.UserPatch, now time.Time) (account.User, error)
+	ReplaceHashFn func(ctx context.Context, id, old, new string) error
+	DeleteFn      func(ctx context.Context, id string) error
+	ListFn        func(ctx context.Context, skip, limit int) ([]account.User, int64, error)
+}
+
+func (f *userStore) Create(ctx context.Context, u account.User) (account.User, error) {
+	if f.CreateFn == nil {
+		u.ID = "u-new"
+		return u, nil
+	}
+	return f.CreateFn(ctx, u)
+}
+
+func (f *userStore) ByID(ctx context.Context, id string) (account.User, error) {
+	if f.ByIDFn == nil {
+		return account.User{}, account.ErrUserNotFound
+	}
+	return f.ByIDFn(ctx, id)
+}
+
+func (f *userStore) ByEmail(ctx context.Context, email string) (account.User, error) {
+	if f.ByEmailFn == nil {
+		return account.User{}, account.ErrUserNotFound
+	}
+	return f.ByEmailFn(ctx, email)
+}
+
+func (f *userStore) Update(ctx context.Context, id string, p account.UserPatch, now time.Time) (account.User, error) {
+	if f.UpdateFn == nil {
+		return account.User{}, account.ErrUserNotFound
+	}
+	return f.UpdateFn(ctx, id, p, now)
+}
+
+func (f *userStore) ReplaceHash(ctx context.Context, id, old, new string) error {
+	if f.ReplaceHashFn == nil {
+		return nil
+	}
+	return f.ReplaceHashFn(ctx, id, old, new)
+}
+
+func (f *userStore) Delete(ctx context.Context, id string) error {
+	if f.DeleteFn == nil {
+		return account.ErrUserNotFound
+	}
+	return f.DeleteFn(ctx, id)
+}
+
+func (f *userStore) List(ctx context.Context, skip, limit int) ([]account.User, int64, error) {
+	if f.ListFn == nil {
+		return nil, 0, nil
+	}
+	return f.ListFn(ctx, skip, limit)
+}
+
+type sessionStore struct {
+	CreateFn        func(ctx context.Context, s account.Session) error
+	ByIDFn          func(ctx context.Context, id string) (account.Session, error)
+	ByPublicIDFn    func(ctx context.Context, userID, publicID string) (account.Session, error)
+	TouchFn         func(ctx context.Context, id string, prev, now time.Time) error
+	DeleteFn        func(ctx context.Context, id string) error
+	ListByUserFn    func(ctx context.Context, userID string) ([]account.Session, error)
+	DeleteByUserFn  func(ctx context.Context, userID, except string) ([]string, error)
+	DeleteExpiredFn func(ctx context.Context, now, idleBefore time.Time) (int64, error)
+	CountLiveFn     func(ctx context.Context, now, idleBefore time.Time) (int64, error)
+}
+
+func (f *sessionStore) Create(ctx context.Context, s account.Session) error {
+	if f.CreateFn == nil {
+		return nil
+	}
+	return f.CreateFn(ctx, s)
+}
+
+func (f *sessionStore) ByID(ctx context.Context, id string) (account.Session, error) {
+	if f.ByIDFn == nil {
+		return account.Session{}, account.ErrSessionNotFound
+	}
+	return f.ByIDFn(ctx, id)
+}
+
+func (f *sessionStore) ByPublicID(ctx context.Context, userID, publicID string) (account.Session, error) {
+	if f.ByPublicIDFn == nil {
+		return account.Session{}, account.ErrSessionNotFound
+	}
+	return f.ByPublicIDFn(ctx, userID, publicID)
+}
+
+func (f *sessionStore) Touch(ctx context.Context, id string, prev, now time.Time) error {
+	if f.TouchFn == nil {
+		return nil
+	}
+	return f.TouchFn(ctx, id, prev, now)
+}
+
+func (f *sessionStore) Delete(ctx context.Context, id string) error {
+	if f.DeleteFn == nil {
+		return account.ErrSessionNotFound
+	}
+	return f.DeleteFn(ctx, id)
+}
+
+func (f *sessionStore) ListByUser(ctx context.Context, userID string) ([]account.Session, error) {
+	if f.ListByUserFn == nil {
+		return nil, nil
+	}
+	return f.ListByUserFn(ctx, userID)
+}
+
+func (f *sessionStore) DeleteByUser(ctx context.Context, userID, except string) ([]string, error) {
+	if f.DeleteByUserFn == nil {
+		return nil, nil
+	}
+	return f.DeleteByUserFn(ctx, userID, except)
+}
+
+func (f *sessionStore) DeleteExpired(ctx context.Context, now, idleBefore time.Time) (int64, error) {
+	if f.DeleteExpiredFn == nil {
+		return 0, nil
+	}
+	return f.DeleteExpiredFn(ctx, now, idleBefore)
+}
+
+func (f *sessionStore) CountLive(ctx context.Context, now, idleBefore time.Time) (int64, error) {
+	if f.CountLiveFn == nil {
+		return 0, nil
+	}
+	return f.CountLiveFn(ctx, now, idleBefore)
+}
+
+type throttleStore struct {
+	CheckFn  func(ctx context.Context, keys []string) (map[string]time.Time, error)
+	FailFn   func(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) error
+	ResetFn  func(ctx context.Context, key string) error
+	ForgetFn func(ctx context.Context, before time.Time) error
+}
+
+func (f *throttleStore) Check(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	if f.CheckFn == nil {
+		return map[string]time.Time{}, nil
+	}
+	return f.CheckFn(ctx, keys)
+}
+
+func (f *throttleStore) Fail(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) error {
+	if f.FailFn == nil {
+		return nil
+	}
+	return f.FailFn(ctx, key, rule, now)
+}
+
+func (f *throttleStore) Reset(ctx context.Context, key string) error {
+	if f.ResetFn == nil {
+		return nil
+	}
+	return f.ResetFn(ctx, key)
+}
+
+func (f *throttleStore) Forget(ctx context.Context, before time.Time) error {
+	if f.ForgetFn == nil {
+		return nil
+	}
+	return f.ForgetFn(ctx, before)
+}
+
+// publisher records the revocations announced.
+type publisher struct {
+	mu  sync.Mutex
+	got []account.Revocation
+}
+
+func (p *publisher) Revoked(_ context.Context, r account.Revocation) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.got = append(p.got, r)
+}
+
+func (p *publisher) all() []account.Revocation {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]account.Revocation(nil), p.got...)
+}
+
+// userEvents records the deletions announced.
+type userEvents struct {
+	DeletedFn func(ctx context.Context, userID string) error
+}
+
+func (f *userEvents) Deleted(ctx context.Context, userID string) error {
+	if f.DeletedFn == nil {
+		return nil
+	}
+	return f.DeletedFn(ctx, userID)
+}
+
+// cheap are argon2id parameters that make a hash in well under a
+// millisecond: the tests are about the rules, not the cost.
+var cheap = password.Params{MemoryKiB: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+
+// fixture is a Service on fakes.
+type fixture struct {
+	svc      *account.Service
+	users    *userStore
+	sessions *sessionStore
+	throttle *throttleStore
+	pub      *publisher
+	hasher   *password.Hasher
+}
+
+var policy = account.Config{
+	SessionTTL:    7 * 24 * time.Hour,
+	SessionIdle:   24 * time.Hour,
+	TouchInterval: time.Minute,
+	Account:       account.ThrottleRule{Max: 5, Window: time.Minute, Lock: time.Minute, LockMax: time.Hour},
+	Address:       account.ThrottleRule{Max: 20, Window: time.Minute, Lock: time.Minute, LockMax: time.Hour},
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	h, err := password.NewHasher(cheap, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{users: &userStore{}, sessions: &sessionStore{}, throttle: &throttleStore{}, pub: &publisher{}, hasher: h}
+	f.svc = account.NewService(f.users, f.sessions, f.throttle, h, f.pub, policy, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return f
+}
+
+// hash hashes pw with the fixture's hasher.
+func (f *fixture) hash(t *testing.T, pw string) string {
+	t.Helper()
+	h, err := f.hasher.Hash(context.Background(), pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// withUser makes the user store hold u (by id and by e-mail).
+func (f *fixture) withUser(u account.User) {
+	f.users.ByIDFn = func(_ context.Context, id string) (account.User, error) {
+		if id != u.ID {
+			return account.User{}, account.ErrUserNotFound
+		}
+		return u, nil
+	}
+	f.users.ByEmailFn = func(_ context.Context, email string) (account.User, error) {
+		if email != account.NormalizeEmail(u.Email) {
+			return account.User{}, account.ErrUserNotFound
+		}
+		return u, nil
+	}
+}
