@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"crypto/sha256"
 	"encoding/base64"
 	"io"
@@ -152,16 +153,22 @@ func TestTusResume(t *testing.T) {
 	h.noIncompleteUploads(t)
 }
 
+// noIncompleteUploads waits briefly for clean-ups to land (the sweeper
+// aborts an expired upload's multipart upload after removing its objects),
+// then requires that no multipart upload is left in the bucket.
 func (h *harness) noIncompleteUploads(t *testing.T) {
 	t.Helper()
 	core := minio.Core{Client: h.kit.S3}
-	res, err := core.ListMultipartUploads(context.Background(), h.env["S3_BUCKET"], "", "", "", "", 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Uploads) != 0 {
-		t.Fatalf("multipart uploads left: %v", res.Uploads)
-	}
+	apptest.Eventually(t, 10*time.Second, func() error {
+		res, err := core.ListMultipartUploads(context.Background(), h.env["S3_BUCKET"], "", "", "", "", 100)
+		if err != nil {
+			return err
+		}
+		if len(res.Uploads) != 0 {
+			return fmt.Errorf("multipart uploads left: %v", res.Uploads)
+		}
+		return nil
+	})
 }
 
 // Bad requests get precise 4xx with the service's JSON errors, and
