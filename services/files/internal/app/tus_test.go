@@ -2,9 +2,9 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
