@@ -338,7 +338,9 @@ func TestCreateUserStoresAHashAndDefaults(t *testing.T) {
 	if ok, _, _ := f.hasher.Verify(ctx, "bob-password", stored.PasswordHash); !ok {
 		t.Fatal("the stored hash does not verify the password")
 	}
-	f.users.CreateFn = func(context.Context, account.User) (account.User, error) { return account.User{}, account.ErrEmailTaken }
+	f.users.CreateFn = func(context.Context, account.User) (account.User, error) {
+		return account.User{}, account.ErrEmailTaken
+	}
 	if _, err := f.svc.CreateUser(ctx, account.NewUserInput{Email: "bob@example.com", Password: "bob-password", FullName: "Bob", EDV: "E-2"}); !errors.Is(err, account.ErrEmailTaken) {
 		t.Fatalf("taken address: %v, want ErrEmailTaken", err)
 	}
