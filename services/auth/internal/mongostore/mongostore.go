@@ -372,16 +372,10 @@ func (s *Users) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return account.ErrUserNotFound
 	}
-	u, err := s.findOne(ctx, bson.D{{Key: "_id", Value: oid}})
+	// One round trip deletes the user and returns its address.
+	u, err := decodeOne(s.c.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: oid}}), account.ErrUserNotFound, fromUserDoc)
 	if err != nil {
 		return err
-	}
-	res, err := s.c.DeleteOne(ctx, bson.D{{Key: "_id", Value: oid}})
-	if err != nil {
-		return err
-	}
-	if res.DeletedCount == 0 {
-		return account.ErrUserNotFound
 	}
 	// A key left behind by a failure here names a deleted user: free.
 	_ = s.release(context.WithoutCancel(ctx), account.NormalizeEmail(u.Email), oid)

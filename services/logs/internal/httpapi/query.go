@@ -154,15 +154,7 @@ func writeExport(ctx context.Context, store logs.Store, enc *json.Encoder, flush
 					return errClientGone
 				}
 			}
-			switch {
-			case page.ResumeBefore != "":
-				q.BeforeID = page.ResumeBefore
-			case len(page.Records) == q.Limit:
-				q.BeforeID = page.Records[len(page.Records)-1].ID
-			default:
-				q.BeforeID = ""
-			}
-			if q.BeforeID == "" {
+			if q.BeforeID = page.Next(q.Limit); q.BeforeID == "" {
 				break
 			}
 			if err := flush(); err != nil {

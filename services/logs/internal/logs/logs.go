@@ -94,6 +94,19 @@ type Page struct {
 	ResumeBefore string
 }
 
+// Next is the cursor that reads on after this page of a read of limit
+// records (the oldest record of a full page, or ResumeBefore of a partial
+// one), "" when nothing follows.
+func (p Page) Next(limit int) string {
+	switch {
+	case p.ResumeBefore != "":
+		return p.ResumeBefore
+	case len(p.Records) == limit && limit > 0:
+		return p.Records[len(p.Records)-1].ID
+	}
+	return ""
+}
+
 // StatsQuery selects what Stats counts: records created in [From, To),
 // counted per Step (Step divides nothing: the last bucket may be short).
 type StatsQuery struct {

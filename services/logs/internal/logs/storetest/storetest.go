@@ -435,15 +435,7 @@ func testExport(t *testing.T, newStore func(t *testing.T) logs.Store) {
 				t.Fatal(err)
 			}
 			got = append(got, p.Records...)
-			switch {
-			case p.ResumeBefore != "":
-				q.BeforeID = p.ResumeBefore
-			case len(p.Records) == q.Limit:
-				q.BeforeID = p.Records[len(p.Records)-1].ID
-			default:
-				q.BeforeID = ""
-			}
-			if q.BeforeID == "" {
+			if q.BeforeID = p.Next(q.Limit); q.BeforeID == "" {
 				break
 			}
 		}
