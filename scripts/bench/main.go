@@ -107,7 +107,7 @@ func run(ctx context.Context, out io.Writer) error {
 	servers := stack.Servers{MongoURL: mongoURL, MongoDB: "bench", NATSURL: ns.ClientURL(), SubjectPrefix: "bench",
 		S3Endpoint: mi.Endpoint, S3Access: mi.AccessKey, S3Secret: mi.SecretKey, S3Bucket: "bench-files"}
 	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Out: io.Discard,
-		Env: map[string]string{"AUTH_COOKIE_SECURE": "false", "AUTH_THROTTLE_ACCOUNT_MAX": "1000000", "AUTH_THROTTLE_ADDRESS_MAX": "1000000"}},
+		Env: benchEnv()},
 		servers, sec)
 	if err != nil {
 		return err
@@ -142,4 +142,17 @@ func run(ctx context.Context, out io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// benchEnv is the services' settings: the benchmark's own, then any
+// BENCH_ENV gives (KEY=VALUE pairs separated by commas), to measure a
+// setting's effect (BENCH_ENV=GATEWAY_HANDOFF=false, say).
+func benchEnv() map[string]string {
+	env := map[string]string{"AUTH_COOKIE_SECURE": "false", "AUTH_THROTTLE_ACCOUNT_MAX": "1000000", "AUTH_THROTTLE_ADDRESS_MAX": "1000000"}
+	for _, kv := range strings.Split(os.Getenv("BENCH_ENV"), ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			env[k] = v
+		}
+	}
+	return env
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/acme/platform/gateway/internal/sessions"
 	"github.com/acme/platform/gateway/internal/upstream"
 	"github.com/acme/platform/pkg/config"
+	"github.com/acme/platform/pkg/handoff"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/metrics"
@@ -59,6 +60,7 @@ type Config struct {
 	ProbeTimeout    time.Duration
 	EjectMax        time.Duration // longest wait before a down address is probed again
 	RetryWait       time.Duration // requests wait this long for a replica of a service that has none usable; 0: never
+	Handoff         bool          // fetch and send the objects the files service hands off (package handoff)
 }
 
 func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
@@ -90,6 +92,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ProbeTimeout:    r.Duration("PROBE_TIMEOUT", 2*time.Second),
 		EjectMax:        r.Duration("EJECT_BACKOFF_MAX", 5*time.Second),
 		RetryWait:       r.Duration("RETRY_WAIT", 5*time.Second),
+		Handoff:         r.Bool("HANDOFF", true),
 		BodyLimits: map[string]int64{
 			"auth":   r.Int64("MAX_AUTH_BODY", 64<<10),
 			"logs":   r.Int64("MAX_LOGS_BODY", 6*64<<10+64<<10),
@@ -224,7 +227,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// Server-sent-event streams end as shutdown begins (see below).
 	streams, stopStreams := context.WithCancel(context.Background())
 	defer stopStreams()
+	var fetcher *handoff.Fetcher
+	if cfg.Handoff {
+		fetcher = handoff.NewFetcher(reg)
+		defer fetcher.Close()
+	}
 	handler := proxy.New(proxy.Config{
+		Handoff:   fetcher,
 		Streams:   streams,
 		Upstreams: groups, Resolver: resolver, Keys: keys, Signer: identity.NewSigner(key, cfg.TokenTTL),
 		AllowedOrigins: cfg.AllowedOrigins, Log: log, TokenTTL: cfg.TokenTTL,

@@ -25,6 +25,7 @@ import (
 
 	"github.com/acme/platform/gateway/internal/sessions"
 	"github.com/acme/platform/gateway/internal/upstream"
+	"github.com/acme/platform/pkg/handoff"
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/web"
@@ -117,6 +118,11 @@ type Config struct {
 	// StreamRecheck is how often a session's stream re-checks its session
 	// (default 2s).
 	StreamRecheck time.Duration
+	// Handoff, when set, sends stored files itself: the files service
+	// answers a GET that offers it with headers and a presigned GET of the
+	// object, which the gateway fetches from the object store and sends
+	// (package handoff). Nil: the files service streams every byte.
+	Handoff *handoff.Fetcher
 }
 
 // Handler is the gateway's proxy.
@@ -210,9 +216,15 @@ func New(cfg Config) *Handler {
 			pr.SetXForwarded()
 			pr.Out.Header.Set(identity.Header, t.token)
 			pr.Out.Header.Set(web.RequestIDHeader, t.rid)
+			if cfg.Handoff != nil && t.service == "files" && pr.Out.Method == http.MethodGet {
+				pr.Out.Header.Set(handoff.Offer, "1")
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(keyTarget).(*target)
+			if err := h.takeHandoff(resp, t); err != nil {
+				return err
+			}
 			// The service echoes the request id it was sent (the
 			// gateway's, set in ServeHTTP): one copy in the answer.
 			resp.Header.Del(web.RequestIDHeader)
@@ -246,6 +258,48 @@ func New(cfg Config) *Handler {
 		},
 	}
 	return h
+}
+
+// takeHandoff fetches the object a files answer hands off (package
+// handoff) and makes it the answer's body. A fetch that fails before its
+// first byte (object store unreachable from here, object missing) sends the
+// request to the files service again without the offer: it streams the
+// bytes itself or answers why not. Handoff headers never pass on.
+func (h *Handler) takeHandoff(resp *http.Response, t *target) error {
+	a, ok, err := handoff.Parse(resp.Header)
+	if !ok {
+		handoff.Strip(resp.Header)
+		return nil
+	}
+	handoff.Strip(resp.Header)
+	ctx := resp.Request.Context()
+	if err == nil && h.cfg.Handoff != nil && t.service == "files" {
+		var body io.ReadCloser
+		if body, err = h.cfg.Handoff.Open(ctx, a); err == nil {
+			resp.Body.Close()
+			resp.Body = body
+			resp.ContentLength = a.Length
+			resp.Header.Set("Content-Length", strconv.FormatInt(a.Length, 10))
+			return nil
+		}
+	} else if err == nil {
+		err = errors.New("handoff not offered")
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	h.cfg.Log.WarnContext(ctx, "handoff: object not fetched, asking the files service for the bytes", "err", err)
+	again := resp.Request.Clone(ctx)
+	again.Header.Del(handoff.Offer)
+	again.Body = nil
+	fallback, err := t.group.RoundTrip(again)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	*resp = *fallback
+	handoff.Strip(resp.Header)
+	return nil
 }
 
 // ServeHTTP implements the request path.

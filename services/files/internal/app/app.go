@@ -62,6 +62,7 @@ type Config struct {
 	ShutdownGrace    time.Duration
 	RecordCacheTTL   time.Duration // 0 disables the record cache
 	RecordCacheSize  int
+	HandoffTTL       time.Duration // presigned GETs for the gateway; 0: bytes always streamed here
 }
 
 // LoadConfig reads FILES_* and the shared settings.
@@ -104,6 +105,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ShutdownGrace:    r.Duration("SHUTDOWN_GRACE", 20*time.Second),
 		RecordCacheTTL:   r.Duration("RECORD_CACHE_TTL", 5*time.Minute),
 		RecordCacheSize:  r.Int("RECORD_CACHE_SIZE", 10000),
+		HandoffTTL:       r.Duration("HANDOFF_TTL", 15*time.Minute),
 	}
 	err := r.Err()
 	var problems []string
@@ -130,6 +132,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.RecordCacheTTL < 0 || c.RecordCacheSize < 1 {
 		problems = append(problems, "FILES_RECORD_CACHE_TTL must not be negative (0: off) and FILES_RECORD_CACHE_SIZE at least 1")
+	}
+	if c.HandoffTTL != 0 && (c.HandoffTTL < time.Minute || c.HandoffTTL > 7*24*time.Hour) {
+		problems = append(problems, "FILES_HANDOFF_TTL must be 0 (off) or between 1m and 168h (S3's longest presigned URL)")
 	}
 	if len(problems) > 0 {
 		err = errors.Join(err, fmt.Errorf("configuration: %v", problems))
@@ -261,6 +266,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		MaxMeta:       cfg.MaxMeta,
 		ImageMaxBytes: cfg.ImageMaxBytes,
 		ReadIdle:      cfg.ReadIdle,
+		HandoffTTL:    cfg.HandoffTTL,
 		Checks: map[string]func(context.Context) error{
 			"mongo": func(ctx context.Context) error { return mc.Ping(ctx, nil) },
 			"s3":    objects.Ping,

@@ -158,6 +158,13 @@ type ObjectStore interface {
 	List(ctx context.Context, prefix string) iter.Seq2[ObjectInfo, error]
 }
 
+// Presigner is an ObjectStore that can let another program read one object
+// without credentials: a GET URL valid for expiry, and the equivalent
+// servers (host:port) that may answer it (none: the URL's host alone).
+type Presigner interface {
+	Presign(ctx context.Context, key string, expiry time.Duration) (url string, nodes []string, err error)
+}
+
 // LogEntry is a notable event. Type is the logs service's type: "log",
 // "error" or "db".
 type LogEntry struct {

@@ -446,6 +446,20 @@ func (s *Service) Open(ctx context.Context, f *File, start, end int64) (*Object,
 	return s.objects.Get(ctx, f.Key, start, end)
 }
 
+// ErrNoPresign: the object store cannot presign reads.
+var ErrNoPresign = errors.New("the object store does not presign reads")
+
+// Presign returns a GET of f's stored bytes valid for expiry, and the
+// servers that may answer it, for the gateway to send them itself (package
+// handoff). Call it only for a record Download, Image or Shared returned.
+func (s *Service) Presign(ctx context.Context, f *File, expiry time.Duration) (string, []string, error) {
+	p, ok := s.objects.(Presigner)
+	if !ok {
+		return "", nil, ErrNoPresign
+	}
+	return p.Presign(ctx, f.Key, expiry)
+}
+
 // List returns one page (from 1) of owner's records, newest first, and
 // whether more follow.
 func (s *Service) List(ctx context.Context, owner string, page, limit int) ([]*File, bool, error) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/acme/platform/pkg/handoff"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/gofiber/fiber/v2"
@@ -172,6 +173,9 @@ func (h *handler) serve(c *fiber.Ctx, f *files.File, id string) error {
 		return nil
 	}
 
+	if h.handoff(c, f, start, end, n, !gz || sendGzip) {
+		return nil
+	}
 	obj, err := h.svc.Open(c.UserContext(), f, start, end)
 	if err != nil {
 		if errors.Is(err, files.ErrNotFound) {
@@ -195,6 +199,27 @@ func (h *handler) serve(c *fiber.Ctx, f *files.File, id string) error {
 	// fasthttp reads (and meters) body as it sends it, and closes it.
 	c.Context().SetBodyStream(&meteredBody{meteredReader{body, h.o.Meter.Downloaded}, body}, int(n))
 	return nil
+}
+
+// handoff answers a GET that offers it (the gateway's Offer header) with a
+// presigned GET of the stored bytes start..end (n of them) and an empty
+// body: the gateway fetches and sends them (package handoff). It does not
+// when the bytes are not sent as stored (inflated), when handoff is off, or
+// when presigning fails (logged; the bytes are then streamed here).
+func (h *handler) handoff(c *fiber.Ctx, f *files.File, start, end, n int64, asStored bool) bool {
+	if h.o.HandoffTTL <= 0 || !asStored || c.Method() != fiber.MethodGet || c.Get(handoff.Offer) == "" {
+		return false
+	}
+	url, nodes, err := h.svc.Presign(c.UserContext(), f, h.o.HandoffTTL)
+	if err != nil {
+		h.o.Log.WarnContext(c.UserContext(), "handoff: presign failed, streaming", "id", f.ID, "err", err)
+		return false
+	}
+	a := handoff.Answer{URL: url, Start: start, End: end, Length: n, Nodes: nodes}
+	a.Set(func(k, v string) { c.Set(k, v) })
+	h.o.Meter.Downloaded(int(n))
+	c.Response().Header.SetContentLength(0)
+	return true
 }
 
 type inflater struct {

@@ -37,6 +37,11 @@ type Options struct {
 	// GET /metrics; Meter is told about transfers (both may be nil).
 	Metrics *prometheus.Registry
 	Meter   Meter
+	// HandoffTTL, when positive, lets the gateway send stored bytes itself
+	// (package handoff): to a GET that offers it, a download, image or
+	// shared file is answered with its headers and a presigned GET of the
+	// object valid this long instead of the bytes. 0: always streamed here.
+	HandoffTTL time.Duration
 }
 
 // Meter is told what operators count (metrics).

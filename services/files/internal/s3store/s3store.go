@@ -12,8 +12,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
+	"time"
 
 	"github.com/acme/platform/pkg/failover"
+	"github.com/acme/platform/pkg/resume"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -43,6 +46,11 @@ type Store struct {
 	bucket string
 	opts   Options
 	nodes  *failover.Dialer // nil with one endpoint
+	// nodeList are the endpoints when there are several.
+	nodeList []string
+
+	presignMu sync.Mutex
+	presigned map[string]presignedURL // by key
 }
 
 var _ files.ObjectStore = (*Store)(nil)
@@ -91,7 +99,7 @@ func New(o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("s3 client: %w", err)
 	}
-	return &Store{client: c, core: minio.Core{Client: c}, bucket: o.Bucket, opts: o, nodes: nodes}, nil
+	return &Store{client: c, core: minio.Core{Client: c}, bucket: o.Bucket, opts: o, nodes: nodes, nodeList: endpoints, presigned: map[string]presignedURL{}}, nil
 }
 
 // Close stops the readiness probes of the nodes (several endpoints).
@@ -158,69 +166,92 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, co
 // Get opens key (or a byte range of it) with a single request, so a
 // missing key is reported here and not on the first read.
 func (s *Store) Get(ctx context.Context, key string, start, end int64) (*files.Object, error) {
+	return s.get(ctx, key, start, end, s.getObject)
+}
+
+// getter opens bytes off..end of key (to its end when end < 0), of the
+// version etag when etag is not empty.
+type getter func(ctx context.Context, key string, off, end int64, etag string) (io.ReadCloser, minio.ObjectInfo, error)
+
+func (s *Store) getObject(ctx context.Context, key string, off, end int64, etag string) (io.ReadCloser, minio.ObjectInfo, error) {
 	var opts minio.GetObjectOptions
 	if end >= 0 {
-		if err := opts.SetRange(start, end); err != nil {
-			return nil, err
+		if err := opts.SetRange(off, end); err != nil {
+			return nil, minio.ObjectInfo{}, err
+		}
+	}
+	if etag != "" {
+		if err := opts.SetMatchETag(etag); err != nil {
+			return nil, minio.ObjectInfo{}, err
 		}
 	}
 	body, info, _, err := s.core.GetObject(ctx, s.bucket, key, opts)
+	return body, info, err
+}
+
+// get opens the object through open; a read that fails (a MinIO node killed
+// mid-download, another node of the same cluster taking over) asks again,
+// through open, for the bytes not yet read, of the same version.
+func (s *Store) get(ctx context.Context, key string, start, end int64, open getter) (*files.Object, error) {
+	body, info, err := open(ctx, key, start, end, "")
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	r := &resumer{s: s, ctx: ctx, key: key, etag: info.ETag, off: start, end: start + info.Size - 1, body: body}
+	reopen := func(ctx context.Context, off, end int64, etag string) (io.ReadCloser, error) {
+		body, _, err := open(ctx, key, off, end, etag)
+		return body, err
+	}
+	r := resume.New(ctx, reopen, body, info.ETag, start, start+info.Size-1)
 	return &files.Object{Body: r, Size: info.Size}, nil
 }
 
-// resumer is an object's body that survives the loss of the server sending
-// it (a MinIO node killed mid-download, another node of the same cluster
-// taking over): when a read fails, it asks again for the bytes not yet
-// read, of the same version of the object (If-Match its ETag), up to
-// resumeTries times per body.
-type resumer struct {
-	s         *Store
-	ctx       context.Context
-	key, etag string
-	off, end  int64 // next byte to read, last byte (inclusive)
-	body      io.ReadCloser
-	tries     int
-}
-
-const resumeTries = 3
-
-func (r *resumer) Read(p []byte) (int, error) {
-	for {
-		n, err := r.body.Read(p)
-		r.off += int64(n)
-		if err != nil && err != io.EOF && r.off > r.end {
-			return n, io.EOF // every byte arrived before the failure
-		}
-		if err == nil || err == io.EOF || n > 0 || r.tries >= resumeTries || r.ctx.Err() != nil {
-			if err != nil && err != io.EOF && n > 0 {
-				err = nil // the bytes first; the next read fails or resumes
-			}
-			return n, err
-		}
-		r.tries++
-		var opts minio.GetObjectOptions
-		if rerr := opts.SetRange(r.off, r.end); rerr != nil {
-			return 0, err
-		}
-		if r.etag != "" {
-			if rerr := opts.SetMatchETag(r.etag); rerr != nil {
-				return 0, err
-			}
-		}
-		body, _, _, gerr := r.s.core.GetObject(r.ctx, r.s.bucket, r.key, opts)
-		if gerr != nil {
-			return 0, fmt.Errorf("%w (resuming at byte %d: %v)", err, r.off, gerr)
-		}
-		r.body.Close()
-		r.body = body
+// Presign returns a GET of key valid for at least half of expiry, and with
+// several endpoints the nodes that may answer it: the URL names the first,
+// like every request of this store. URLs are signed locally (no request)
+// and reused while they have more than half of expiry left, so a file
+// downloaded often is signed once per half expiry (signing costs tens of
+// microseconds).
+func (s *Store) Presign(ctx context.Context, key string, expiry time.Duration) (string, []string, error) {
+	var nodes []string
+	if s.nodes != nil {
+		nodes = s.nodeList
 	}
+	now := time.Now()
+	s.presignMu.Lock()
+	p, ok := s.presigned[key]
+	s.presignMu.Unlock()
+	if ok && p.expiry == expiry && now.Before(p.reuseUntil) {
+		return p.url, nodes, nil
+	}
+	u, err := s.client.PresignedGetObject(ctx, s.bucket, key, expiry, nil)
+	if err != nil {
+		return "", nil, mapErr(err)
+	}
+	p = presignedURL{url: u.String(), expiry: expiry, reuseUntil: now.Add(expiry / 2)}
+	s.presignMu.Lock()
+	if len(s.presigned) >= maxPresigned {
+		for k, old := range s.presigned {
+			if !now.Before(old.reuseUntil) {
+				delete(s.presigned, k)
+			}
+		}
+		if len(s.presigned) >= maxPresigned {
+			clear(s.presigned)
+		}
+	}
+	s.presigned[key] = p
+	s.presignMu.Unlock()
+	return p.url, nodes, nil
 }
 
-func (r *resumer) Close() error { return r.body.Close() }
+// maxPresigned bounds the presigned URLs kept for reuse.
+const maxPresigned = 10000
+
+type presignedURL struct {
+	url        string
+	expiry     time.Duration
+	reuseUntil time.Time
+}
 
 // Remove deletes key; a missing key is not an error.
 func (s *Store) Remove(ctx context.Context, key string) error {

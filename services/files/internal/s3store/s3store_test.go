@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/services/files/internal/files"
+	"github.com/minio/minio-go/v7"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -153,14 +156,24 @@ func (b *brokenBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// breakBody makes obj's body fail after n more bytes.
-func breakBody(t *testing.T, obj *files.Object, n int) {
-	t.Helper()
-	r, ok := obj.Body.(*resumer)
-	if !ok {
-		t.Fatalf("body is a %T", obj.Body)
+// breaking opens objects whose bodies fail: the first after first bytes,
+// the next after next bytes, the others not.
+func breaking(s *Store, first, next int) getter {
+	opened := 0
+	return func(ctx context.Context, key string, off, end int64, etag string) (io.ReadCloser, minio.ObjectInfo, error) {
+		body, info, err := s.getObject(ctx, key, off, end, etag)
+		if err != nil {
+			return nil, info, err
+		}
+		opened++
+		switch opened {
+		case 1:
+			return &brokenBody{body, first}, info, nil
+		case 2:
+			return &brokenBody{body, next}, info, nil
+		}
+		return body, info, nil
 	}
-	r.body = &brokenBody{r.body, n}
 }
 
 func TestReadResumesWhereTheServerFailed(t *testing.T) {
@@ -176,33 +189,24 @@ func TestReadResumesWhereTheServerFailed(t *testing.T) {
 		want       []byte
 	}{{"whole", 0, -1, data}, {"range", 1000, 500_999, data[1000:501_000]}} {
 		t.Run(c.name, func(t *testing.T) {
-			obj, err := s.Get(ctx, "files/r", c.start, c.end)
+			// Fails after 12,345 bytes, again 777 bytes after resuming,
+			// then resumes for the rest: within the tries.
+			obj, err := s.get(ctx, "files/r", c.start, c.end, breaking(s, 12345, 777))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer obj.Body.Close()
-			head := make([]byte, 12345)
-			if _, err := io.ReadFull(obj.Body, head); err != nil {
-				t.Fatal(err)
-			}
-			breakBody(t, obj, 777) // fails mid-way twice: within the tries
-			rest := make([]byte, 1000)
-			if _, err := io.ReadFull(obj.Body, rest); err != nil {
-				t.Fatal(err)
-			}
-			breakBody(t, obj, 0)
-			tail, err := io.ReadAll(obj.Body)
+			got, err := io.ReadAll(obj.Body)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := append(append(head, rest...), tail...)
 			if !bytes.Equal(got, c.want) || int64(len(got)) != obj.Size {
 				t.Fatalf("read %d bytes (size %d), want the %d stored", len(got), obj.Size, len(c.want))
 			}
 		})
 	}
 	// The object replaced meanwhile: the read fails rather than mix two versions.
-	obj, err := s.Get(ctx, "files/r", 0, -1)
+	obj, err := s.get(ctx, "files/r", 0, -1, breaking(s, 10, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +214,6 @@ func TestReadResumesWhereTheServerFailed(t *testing.T) {
 	if _, err := s.Put(ctx, "files/r", strings.NewReader("another version"), 15, "text/plain"); err != nil {
 		t.Fatal(err)
 	}
-	breakBody(t, obj, 10)
 	if _, err := io.ReadAll(obj.Body); err == nil {
 		t.Fatal("a read resumed on another version of the object")
 	}
@@ -253,5 +256,54 @@ func TestSeveralEndpoints(t *testing.T) {
 	}
 	if _, err := New(Options{Endpoint: "minio1:9000,minio2"}); err == nil {
 		t.Fatal("an endpoint without a port was accepted")
+	}
+}
+
+// TestPresign: a presigned GET reads the object with no credentials, is
+// reused while it has more than half its life left, and names the nodes of
+// a cluster.
+func TestPresign(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	if _, err := s.Put(ctx, "files/p", strings.NewReader("presigned"), 9, "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	u, nodes, err := s.Presign(ctx, "files/p", 10*time.Minute)
+	if err != nil || nodes != nil {
+		t.Fatalf("presign: %v, nodes %v", err, nodes)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "presigned" {
+		t.Fatalf("GET presigned: %d %q", resp.StatusCode, body)
+	}
+	if again, _, _ := s.Presign(ctx, "files/p", 10*time.Minute); again != u {
+		t.Fatal("signed again while the first URL had most of its life left")
+	}
+	if other, _, _ := s.Presign(ctx, "files/q", 10*time.Minute); other == u || !strings.Contains(other, "/files/q?") {
+		t.Fatalf("another key's URL %q", other)
+	}
+	s.presignMu.Lock()
+	p := s.presigned["files/p"]
+	p.reuseUntil = time.Now().Add(-time.Second) // half its life gone
+	s.presigned["files/p"] = p
+	s.presignMu.Unlock()
+	time.Sleep(1100 * time.Millisecond) // X-Amz-Date has one-second steps
+	if fresh, _, _ := s.Presign(ctx, "files/p", 10*time.Minute); fresh == u {
+		t.Fatal("a URL past half its life was reused")
+	}
+
+	kit := testkit.Get(t, testkit.S3)
+	cluster, err := New(Options{Endpoint: kit.S3Endpoint + ",127.0.0.1:1", AccessKey: kit.S3Access, SecretKey: kit.S3Secret, Bucket: kit.Bucket(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	if _, nodes, err := cluster.Presign(ctx, "files/p", time.Minute); err != nil || len(nodes) != 2 || nodes[1] != "127.0.0.1:1" {
+		t.Fatalf("cluster presign: %v, nodes %v", err, nodes)
 	}
 }

@@ -1,0 +1,159 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/acme/platform/pkg/failover"
+	"github.com/acme/platform/pkg/metrics"
+	"github.com/acme/platform/pkg/resume"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Fetcher GETs handed-off objects: the gateway's side. It is safe for
+// concurrent use.
+type Fetcher struct {
+	base    *http.Transport
+	fetches *prometheus.CounterVec // result: ok, failed
+
+	mu       sync.Mutex
+	clusters map[string]*cluster // by Answer.Nodes, joined
+}
+
+type cluster struct {
+	transport *http.Transport
+	dialer    *failover.Dialer
+}
+
+// NewFetcher returns a Fetcher whose counter is registered on reg (nil: not
+// registered); Close stops the node probes it started.
+func NewFetcher(reg prometheus.Registerer) *Fetcher {
+	fetches := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "gateway",
+		Name: "handoffs_total", Help: "Objects the files service handed off to the gateway (package handoff), by result: ok (fetched from the object store, sent by the gateway), failed (the fetch failed before the first byte; the files service was asked for the bytes instead)."},
+		[]string{"result"})
+	if reg != nil {
+		reg.MustRegister(fetches)
+	}
+	return &Fetcher{
+		fetches: fetches,
+		base: &http.Transport{
+			Proxy:                 nil, // the object store is inside the deployment
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: 30 * time.Second,
+			// The bytes as stored: a gzip-stored file is sent as is, with
+			// the Content-Encoding the files service set.
+			DisableCompression: true,
+			ReadBufferSize:     64 << 10,
+		},
+		clusters: map[string]*cluster{},
+	}
+}
+
+// Close stops the probes of every cluster's nodes and closes idle
+// connections.
+func (f *Fetcher) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.clusters {
+		c.dialer.Close()
+		c.transport.CloseIdleConnections()
+	}
+	f.base.CloseIdleConnections()
+}
+
+// transport is the one for a's nodes: with several, a clone of the base
+// whose dialer connects to whichever node is ready (package failover), the
+// request keeping the host it was signed for.
+func (f *Fetcher) transport(a Answer, scheme string) (*http.Transport, error) {
+	if len(a.Nodes) < 2 {
+		return f.base, nil
+	}
+	key := strings.Join(a.Nodes, ",")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.clusters[key]; ok {
+		return c.transport, nil
+	}
+	d, err := failover.New(a.Nodes, failover.Options{ProbeURL: scheme + "://%s/minio/health/ready"})
+	if err != nil {
+		return nil, err
+	}
+	t := f.base.Clone()
+	t.DialContext = d.DialContext
+	f.clusters[key] = &cluster{transport: t, dialer: d}
+	return t, nil
+}
+
+// ErrObject is a GET of a handed-off object that was refused or failed
+// before its first byte.
+var ErrObject = errors.New("handoff: object not fetched")
+
+// Open GETs a's bytes. An error is returned before any byte is read (the
+// caller can still ask the files service for them); a read that fails later
+// asks again for the bytes not yet read, of the same version (ETag), up to
+// resume.Tries times.
+func (f *Fetcher) Open(ctx context.Context, a Answer) (io.ReadCloser, error) {
+	u, err := url.Parse(a.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	t, err := f.transport(a, u.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	end := a.End
+	if end < 0 {
+		end = a.Start + a.Length - 1
+	}
+	var etag string
+	get := func(ctx context.Context, off, last int64, match string, ranged bool) (io.ReadCloser, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL, nil)
+		if err != nil {
+			return nil, err
+		}
+		want := http.StatusOK
+		if ranged {
+			req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(last, 10))
+			want = http.StatusPartialContent
+		}
+		if match != "" {
+			req.Header.Set("If-Match", match)
+		}
+		resp, err := t.RoundTrip(req)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrObject, err)
+		}
+		if resp.StatusCode != want || resp.ContentLength != last-off+1 {
+			resp.Body.Close()
+			return nil, fmt.Errorf("%w: %s, %d bytes for %d", ErrObject, resp.Status, resp.ContentLength, last-off+1)
+		}
+		if etag == "" {
+			etag = resp.Header.Get("ETag")
+		}
+		return resp.Body, nil
+	}
+	// The whole object is asked for without a range (an empty object has
+	// none); a part of it, and every resumption, with one.
+	body, err := get(ctx, a.Start, end, "", a.End >= 0)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.fetches.WithLabelValues("failed").Inc()
+		}
+		return nil, err
+	}
+	f.fetches.WithLabelValues("ok").Inc()
+	reopen := func(ctx context.Context, off, last int64, match string) (io.ReadCloser, error) {
+		return get(ctx, off, last, match, true)
+	}
+	return resume.New(ctx, reopen, body, etag, a.Start, end), nil
+}

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// handoffs reads acme_gateway_handoffs_total{result} from the gateway's
+// metrics.
+func handoffs(t *testing.T, metricsURL, result string) float64 {
+	t.Helper()
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	prefix := `acme_gateway_handoffs_total{result="` + result + `"} `
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s%s: %v", prefix, v, err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+func noHandoffHeaders(t *testing.T, what string, h http.Header) {
+	t.Helper()
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "x-acme-handoff") {
+			t.Fatalf("%s: %s reached the client: %v", what, k, h)
+		}
+	}
+}
+
+// TestHandoff: downloads, ranges, images and shared files are sent by the
+// gateway from the object store after the files service authorized them
+// (package handoff), with the files service's headers; an object the gateway
+// cannot fetch is asked of the files service, which answers as it always
+// did; no handoff header reaches a client, and one a client sends is not
+// passed on.
+func TestHandoff(t *testing.T) {
+	p, sec, _ := platform(t, nil)
+	admin := signIn(t, p.GatewayURL, sec.AdminEmail, sec.AdminPassword)
+	anon := newClient(t, p.GatewayURL)
+	metrics := p.MetricsURLs["gateway"]
+
+	data := make([]byte, 3<<20+123)
+	_, _ = rand.NewChaCha8([32]byte{7}).Read(data)
+	r := admin.upload("/upload/file", part{field: "file", filename: "big.bin", data: bytes.NewReader(data)})
+	if r.status != 201 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	rec := r.json(t)["file"].(map[string]any)
+	id, key := rec["id"].(string), rec["path"].(string)
+
+	ok0, failed0 := handoffs(t, metrics, "ok"), handoffs(t, metrics, "failed")
+	// A client's own handoff headers are dropped at the gateway.
+	d := admin.raw("GET", "/download/file/"+id, map[string]string{"X-Acme-Handoff-Url": "http://169.254.169.254/latest", "X-Acme-Handoff-Length": "5"}, nil, "")
+	if d.status != 200 || !bytes.Equal(d.body, data) || d.header.Get("Content-Length") != strconv.Itoa(len(data)) ||
+		d.header.Get("X-Content-Type-Options") != "nosniff" || !strings.HasPrefix(d.header.Get("Content-Disposition"), "attachment") || d.header.Get("ETag") == "" {
+		t.Fatalf("download: %d, %d bytes, %v", d.status, len(d.body), d.header)
+	}
+	noHandoffHeaders(t, "download", d.header)
+	rg := admin.raw("GET", "/download/file/"+id, map[string]string{"Range": "bytes=1000000-1000099"}, nil, "")
+	if rg.status != 206 || !bytes.Equal(rg.body, data[1000000:1000100]) || rg.header.Get("Content-Range") != "bytes 1000000-1000099/"+strconv.Itoa(len(data)) {
+		t.Fatalf("range: %d %q %d bytes", rg.status, rg.header.Get("Content-Range"), len(rg.body))
+	}
+	noHandoffHeaders(t, "range", rg.header)
+	if nm := admin.raw("GET", "/download/file/"+id, map[string]string{"If-None-Match": d.header.Get("ETag")}, nil, ""); nm.status != 304 || len(nm.body) != 0 {
+		t.Fatalf("If-None-Match: %d", nm.status)
+	}
+	img := admin.upload("/upload/image", part{field: "file", filename: "a.png", contentType: "image/png", data: bytes.NewReader(testPNG(t, 64, 48))})
+	if img.status != 201 {
+		t.Fatalf("image: %d %s", img.status, img.body)
+	}
+	iurl := strings.TrimPrefix(img.json(t)["image"].(map[string]any)["url"].(string), p.GatewayURL)
+	pub := anon.raw("GET", iurl, nil, nil, "")
+	if pub.status != 200 || pub.header.Get("Content-Type") != "image/png" || len(pub.body) == 0 {
+		t.Fatalf("image: %d %v", pub.status, pub.header)
+	}
+	noHandoffHeaders(t, "image", pub.header)
+	if got := handoffs(t, metrics, "ok") - ok0; got != 3 {
+		t.Fatalf("%v downloads handed off, want 3 (whole, range, image; not the 304)", got)
+	}
+
+	// The object gone behind the record's back: the gateway's fetch fails,
+	// the files service is asked again and gives the spec's 404.
+	kit := testkit.Get(t, testkit.S3)
+	mc, err := minio.New(kit.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(kit.S3Access, kit.S3Secret, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	buckets, err := mc.ListBuckets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := 0
+	for _, b := range buckets { // the platform's bucket is the one holding key
+		if _, err := mc.StatObject(ctx, b.Name, key, minio.StatObjectOptions{}); err == nil {
+			if err := mc.RemoveObject(ctx, b.Name, key, minio.RemoveObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	if removed != 1 {
+		t.Fatalf("%d objects %s removed, want 1", removed, key)
+	}
+	checkErrSentID(t, "download of a record without its object", admin.raw("GET", "/download/file/"+id, nil, nil, ""), 404, id)
+	if got := handoffs(t, metrics, "failed") - failed0; got != 1 {
+		t.Fatalf("%v failed handoffs, want 1", got)
+	}
+}
+
+// TestHandoffOff: with GATEWAY_HANDOFF=false the files service streams the
+// bytes, and an offer a client sends itself is not passed on (the files
+// service would otherwise answer with a presigned URL for the client).
+func TestHandoffOff(t *testing.T) {
+	p, sec, _ := platform(t, map[string]string{"GATEWAY_HANDOFF": "false"})
+	admin := signIn(t, p.GatewayURL, sec.AdminEmail, sec.AdminPassword)
+	r := admin.upload("/upload/file", part{field: "file", filename: "x.bin", data: strings.NewReader("streamed by files")})
+	if r.status != 201 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["file"].(map[string]any)["id"].(string)
+	d := admin.raw("GET", "/download/file/"+id, map[string]string{"X-Acme-Handoff-Offer": "1"}, nil, "")
+	if d.status != 200 || string(d.body) != "streamed by files" {
+		t.Fatalf("download: %d %q", d.status, d.body)
+	}
+	noHandoffHeaders(t, "download", d.header)
+	if n := handoffs(t, p.MetricsURLs["gateway"], "ok"); n != 0 {
+		t.Fatalf("%v handoffs with handoff off", n)
+	}
+}
