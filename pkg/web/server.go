@@ -130,24 +130,50 @@ func AccessLog(log *slog.Logger) fiber.Handler {
 	}
 }
 
+// ReadyTimeout bounds GET /readyz: a check that has not passed by then is
+// unavailable.
+const ReadyTimeout = 2 * time.Second
+
 // Health registers GET /healthz (liveness) and GET /readyz (every check
-// passes within two seconds).
+// passes within ReadyTimeout). The checks run at once, each in its own
+// goroutine, and /readyz answers by ReadyTimeout whatever they do: a check
+// stuck behind a lock or a queue (a client busy reconnecting, a connection
+// pool drained by a backlog) makes the service unready, never the probe
+// late, so a container's health reflects its state and not the wait.
 func Health(app *fiber.App, checks map[string]func(context.Context) error) {
 	app.Get("/healthz", func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"status": "ok"})
 	})
 	app.Get("/readyz", func(c *fiber.Ctx) error {
-		ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(c.UserContext(), ReadyTimeout)
 		defer cancel()
-		status := fiber.Map{}
-		ok := true
+		type result struct {
+			name string
+			err  error
+		}
+		results := make(chan result, len(checks)) // buffered: a late check never blocks
 		for name, check := range checks {
-			if err := check(ctx); err != nil {
+			go func() { results <- result{name, check(ctx)} }()
+		}
+		status := fiber.Map{}
+		for name := range checks {
+			status[name] = "timeout"
+		}
+		ok := true
+		for range checks {
+			select {
+			case r := <-results:
+				if r.err != nil {
+					ok = false
+					status[r.name] = "unavailable"
+				} else {
+					status[r.name] = "ok"
+				}
+				continue
+			case <-ctx.Done():
 				ok = false
-				status[name] = "unavailable"
-			} else {
-				status[name] = "ok"
 			}
+			break
 		}
 		if !ok {
 			return c.Status(http.StatusServiceUnavailable).JSON(fiber.Map{"status": "unavailable", "code": "unavailable", "checks": status})
