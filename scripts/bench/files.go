@@ -230,9 +230,11 @@ func benchFiles(e *env) error {
 	return nil
 }
 
-// benchSmallDownloads: 1 MiB files downloaded by 4 clients at once through
-// the gateway (session, record lookup, S3 stat and read) against raw
-// GetObject of the same size on the same MinIO, in downloads per second.
+// benchSmallDownloads: 1 MiB files downloaded one at a time, and by 4
+// clients at once, through the gateway (session, record lookup,
+// authorization, the object fetched by the gateway: docs/files.md, "Handoff")
+// against raw GetObject of the same size on the same MinIO, in downloads per
+// second; and, as a diagnostic, straight from the files service.
 func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[string]string) error {
 	const size = 1 << 20
 	const workers = 4
@@ -316,8 +318,9 @@ func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[st
 	e.report("files", "download throughput gateway ÷ raw GetObject, 1 MiB", ratio(via1.median().rps(), raw1.median().rps()), ">= 0.8")
 
 	// Four at once saturate this machine's cores: what each costs, per
-	// process (the raw path is MinIO alone; ours adds two hops that copy the
-	// bytes, and a record lookup).
+	// process (the raw path is MinIO alone; ours adds the gateway's hop,
+	// which copies the bytes once more (with handoff; twice without), the
+	// session and record lookups and the files service's authorization).
 	sample := platformCPU(e)
 	self := func() cpuSample { return samplePid(os.Getpid(), "bench") }
 	cpuVia, cpuDirect := cpuSample{}, cpuSample{}

@@ -138,6 +138,7 @@ func walkThrough(t *testing.T, s *Stack) written {
 	if gz.Status != 200 || gz.Header.Get("Content-Encoding") != "gzip" || len(gz.Body) >= len(w.fileData) {
 		t.Fatalf("gzip download: %d, Content-Encoding %q, %d bytes", gz.Status, gz.Header.Get("Content-Encoding"), len(gz.Body))
 	}
+	checkHandoff(t, context.Background(), s)
 	zr, err := gzip.NewReader(bytes.NewReader(gz.Body))
 	must(t, err)
 	plain, err := io.ReadAll(zr)
@@ -363,4 +364,25 @@ func testPNG(w, h int) []byte {
 	var buf bytes.Buffer
 	_ = png.Encode(&buf, img)
 	return buf.Bytes()
+}
+
+// checkHandoff: the gateway fetched the stored bytes of the downloads so far
+// from MinIO itself (docs/files.md, "Handoff"). Every download sent as
+// stored is handed off to it, and a fetch that fails (MinIO unreachable from
+// the gateway's networks) is logged before the files service is asked for
+// the bytes instead.
+func checkHandoff(t *testing.T, ctx context.Context, s *Stack) {
+	t.Helper()
+	gws, err := s.Containers(ctx, "gateway")
+	must(t, err)
+	for _, g := range gws {
+		lines, err := Logs(ctx, g.ID, time.Time{})
+		must(t, err)
+		for _, l := range lines {
+			if strings.Contains(l.Text, "handoff: object not fetched") {
+				t.Errorf("the gateway could not fetch a handed-off object: %s", l.Text)
+			}
+		}
+	}
+	report("downloads sent by the gateway from MinIO (handoff)", "no fetch fell back to the files service")
 }
