@@ -207,6 +207,9 @@ type Container struct {
 	// The latest healthcheck: when it began and whether it passed.
 	LastCheck       time.Time
 	LastCheckPassed bool
+	// Checks describes Docker's last few healthchecks (start, duration,
+	// exit code, output): what a container that stays unhealthy answered.
+	Checks []string
 	User            string // the configured user
 	Pid             int
 	Running         bool
@@ -244,8 +247,9 @@ func (s *Stack) Containers(ctx context.Context, services ...string) ([]Container
 			Health    *struct {
 				Status string
 				Log    []struct {
-					Start    time.Time
-					ExitCode int
+					Start, End time.Time
+					ExitCode   int
+					Output     string
 				}
 			}
 		}
@@ -268,6 +272,10 @@ func (s *Stack) Containers(ctx context.Context, services ...string) ([]Container
 			if len(h.Log) > 0 {
 				last := h.Log[len(h.Log)-1]
 				c.LastCheck, c.LastCheckPassed = last.Start, last.ExitCode == 0
+			}
+			for _, l := range h.Log {
+				c.Checks = append(c.Checks, fmt.Sprintf("%s took %s, exit %d: %s", l.Start.Format("15:04:05.000"),
+					l.End.Sub(l.Start).Round(time.Millisecond), l.ExitCode, strings.TrimSpace(l.Output)))
 			}
 		}
 		for n, ep := range r.NetworkSettings.Networks {
@@ -299,7 +307,7 @@ func (s *Stack) WaitHealthy(ctx context.Context, since time.Time, max time.Durat
 			return time.Since(t0), nil
 		}
 		if time.Since(t0) > max {
-			return 0, fmt.Errorf("not healthy after %s: %s", max, strings.Join(waiting, ", "))
+			return 0, fmt.Errorf("not healthy after %s: %s", max, strings.Join(waiting, "; "))
 		}
 		time.Sleep(time.Second)
 	}
@@ -317,13 +325,16 @@ func (s *Stack) notHealthySince(ctx context.Context, since time.Time) ([]string,
 		if !c.Running || c.Health == "" {
 			continue
 		}
+		// Docker's own record of the checks, for the message of a wait
+		// that times out.
+		checks := " [checks: " + strings.Join(c.Checks, " | ") + "]"
 		switch {
 		case c.Health != "healthy":
-			waiting = append(waiting, c.Name+" "+c.Health)
+			waiting = append(waiting, c.Name+" "+c.Health+checks)
 		case c.LastCheck.Before(since):
-			waiting = append(waiting, c.Name+" (no check since)")
+			waiting = append(waiting, c.Name+" (no check since)"+checks)
 		case !c.LastCheckPassed:
-			waiting = append(waiting, c.Name+" (last check failed)")
+			waiting = append(waiting, c.Name+" (last check failed)"+checks)
 		}
 	}
 	return waiting, nil
