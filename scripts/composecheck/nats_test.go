@@ -360,6 +360,25 @@ func TestNATSPermissions(t *testing.T) {
 		_ = own.Unsubscribe()
 	})
 
+	t.Run("fileDeletionsBetweenFilesReplicas", func(t *testing.T) {
+		sub, err := c["files"].nc.SubscribeSync(prefix + ".files.deleted")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c["files"].clean(t, "subscribing to file deletions")
+		if err := c["files"].nc.Publish(prefix+".files.deleted", []byte(`{"files":["f1"]}`)); err != nil {
+			t.Fatal(err)
+		}
+		c["files"].clean(t, "announcing a file deletion")
+		if m, err := sub.NextMsg(3 * time.Second); err != nil || !strings.Contains(string(m.Data), "f1") {
+			t.Fatalf("files did not receive its own deletion: %v", err)
+		}
+		_ = sub.Unsubscribe()
+		for _, user := range []string{"auth", "gateway", "publisher", "logs"} {
+			c[user].refusePublish(t, prefix+".files.deleted") // only files deletes files
+		}
+	})
+
 	// What the stream's owner may do, nobody else may.
 	streamAdmin := []string{
 		"$JS.API.STREAM.INFO." + stream,

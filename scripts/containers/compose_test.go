@@ -271,7 +271,8 @@ func checkContainers(t *testing.T, ctx context.Context, s *Stack) {
 	report("containers running as non-root and healthy", fmt.Sprintf("%d of %d", running, running))
 }
 
-// checkNetworks: the gateway is on the services and bus networks only;
+// checkNetworks: the gateway is on the services, bus and objects networks
+// only (objects: it fetches handed-off downloads from MinIO);
 // from the services network (the one with the published port) MongoDB,
 // MinIO and NATS are not reachable, while the same probe reaches them from
 // their own networks.
@@ -280,8 +281,8 @@ func checkNetworks(t *testing.T, ctx context.Context, s *Stack) {
 	gws, err := s.Containers(ctx, "gateway")
 	must(t, err)
 	for _, g := range gws {
-		if len(g.IPs) != 2 || g.IPs["services"] == "" || g.IPs["bus"] == "" {
-			t.Errorf("gateway networks %v, want services and bus", g.IPs)
+		if len(g.IPs) != 3 || g.IPs["services"] == "" || g.IPs["bus"] == "" || g.IPs["objects"] == "" {
+			t.Errorf("gateway networks %v, want services, bus and objects", g.IPs)
 		}
 	}
 	probe := func(network string, addrs ...string) string {

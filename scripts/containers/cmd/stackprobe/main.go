@@ -186,8 +186,8 @@ var natsRules = []struct {
 	allow, refused []string
 }{
 	{"auth", []string{"acme.logs.ACME-AUTH.error", "acme.auth.revoked"}, []string{"acme.logs.ACME-S3.error", "acme.logtail.x", "$JS.API.STREAM.DELETE.ACME_LOGS"}},
-	{"files", []string{"acme.logs.ACME-S3.error"}, []string{"acme.logs.ACME-AUTH.error", "acme.auth.revoked", "$JS.API.STREAM.DELETE.ACME_LOGS"}},
-	{"gateway", []string{"acme.logs.LOGGING.error"}, []string{"acme.logs.ACME-AUTH.error", "acme.auth.revoked", "$JS.API.STREAM.INFO.ACME_LOGS"}},
+	{"files", []string{"acme.logs.ACME-S3.error", "acme.files.deleted"}, []string{"acme.logs.ACME-AUTH.error", "acme.auth.revoked", "$JS.API.STREAM.DELETE.ACME_LOGS"}},
+	{"gateway", []string{"acme.logs.LOGGING.error"}, []string{"acme.logs.ACME-AUTH.error", "acme.auth.revoked", "acme.files.deleted", "$JS.API.STREAM.INFO.ACME_LOGS"}},
 	{"logs", []string{"acme.logs.LOGGING.error", "$JS.API.STREAM.INFO.ACME_LOGS"}, []string{"acme.auth.revoked", "$JS.API.STREAM.DELETE.ACME_LOGS", "$JS.API.STREAM.PURGE.ACME_LOGS"}},
 	{"publisher", []string{"acme.logs.SERVER-APP-A.log"}, []string{"acme.auth.revoked", "acme.logtail.SERVER-APP-A.log", "$JS.API.STREAM.DELETE.ACME_LOGS", "acme.logs.SERVER-APP-A.log.extra"}},
 }
