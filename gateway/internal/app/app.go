@@ -26,6 +26,7 @@ import (
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/metrics"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/pkg/web"
 	"github.com/nats-io/nats.go"
 )
@@ -198,8 +199,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	// Revocations from auth over NATS. The gateway keeps serving while NATS
 	// is away (the cache TTL bounds staleness) and reconnects by itself.
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("gateway"), nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond))
+	nc, err := natsconn.Connect(cfg.NATSURL, "gateway", log, nats.RetryOnFailedConnect(true), nats.ReconnectWait(500*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}

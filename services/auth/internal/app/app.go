@@ -22,6 +22,7 @@ import (
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/mongox"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/pkg/userevents"
 	"github.com/acme/platform/pkg/web"
@@ -285,14 +286,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	// NATS: only for revocation events. The service runs without it (the
 	// readiness check reports it) and reconnects forever.
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("acme-auth"), nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }))
+	nc, err := natsconn.Connect(cfg.NATSURL, "acme-auth", log, nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}

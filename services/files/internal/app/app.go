@@ -19,6 +19,7 @@ import (
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/mongox"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/files/internal/filecache"
@@ -167,8 +168,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	// NATS carries our own errors to the administrators' log store (as
 	// ACME-S3). The service runs without it and reconnects by itself; the
 	// log client buffers, bounded, meanwhile.
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("acme-files"), nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second))
+	nc, err := natsconn.Connect(cfg.NATSURL, "acme-files", nil, nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}

@@ -17,13 +17,13 @@ import (
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/mongox"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/logs/internal/httpapi"
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/mongostore"
 	"github.com/acme/platform/services/logs/internal/natsingest"
 	"github.com/acme/platform/services/logs/internal/otlpingest"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -184,7 +184,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	apps := logs.NewApps(appList)
 	validator := logs.Validator{Apps: apps, MaxBody: s.MaxBody}
 
-	nc, err := nats.Connect(s.NATSURL, nats.Name("logs"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	nc, err := natsconn.Connect(s.NATSURL, "logs", log)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}

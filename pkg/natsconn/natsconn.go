@@ -1,0 +1,52 @@
+// Package natsconn connects the services to NATS with the options they
+// share: reconnect forever, one second apart, and no connection step that
+// can hold the connection's lock for long.
+//
+// nats.go dials a reconnect while holding the connection's lock, which
+// IsConnected, Publish and Flush also take. By default it first resolves
+// the server's host name with net.LookupHost, which has no deadline of its
+// own: in a container cut off from the network where that name lives (a
+// `docker network disconnect`, a partition), the lookup waits for the
+// resolver's timeouts, tens of seconds, and every request that publishes,
+// flushes (the fences of pkg/natsfence) or checks readiness waits with it.
+// SkipHostLookup leaves resolution to the dialer, which the connect Timeout
+// bounds, so the lock is held at most that long per attempt. The servers to
+// use are listed in the URL (the nodes of a cluster by name), so the
+// expansion of one name into several addresses that the lookup provides is
+// not needed.
+package natsconn
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// DialTimeout bounds one connection attempt: name resolution, TCP connect
+// and the protocol handshake.
+const DialTimeout = 2 * time.Second
+
+// Connect connects to url as name. log (nil: none) gets disconnections and
+// reconnections. extra options are applied after the shared ones and may
+// override them (nats.RetryOnFailedConnect(true) for a service that starts
+// without NATS).
+func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.Timeout(DialTimeout),
+		nats.SkipHostLookup(),
+	}
+	if log != nil {
+		opts = append(opts,
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					log.Warn("nats disconnected", "err", err)
+				}
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted()) }))
+	}
+	return nats.Connect(url, append(opts, extra...)...)
+}
