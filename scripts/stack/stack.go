@@ -188,6 +188,13 @@ func Secret(n int) string {
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
+// ResetPeakRSS starts a new peak for PeakRSS of pid (Linux: "5" written to
+// /proc/PID/clear_refs sets VmHWM to the current resident size), so a
+// measurement sees the peak of what follows, not of earlier load.
+func ResetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
 // PeakRSS reads the process's peak resident set (VmHWM) in bytes.
 func PeakRSS(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
