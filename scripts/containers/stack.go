@@ -209,12 +209,12 @@ type Container struct {
 	LastCheckPassed bool
 	// Checks describes Docker's last few healthchecks (start, duration,
 	// exit code, output): what a container that stays unhealthy answered.
-	Checks []string
-	User            string // the configured user
-	Pid             int
-	Running         bool
-	StartedAt       time.Time
-	IPs             map[string]string // network name → address
+	Checks    []string
+	User      string // the configured user
+	Pid       int
+	Running   bool
+	StartedAt time.Time
+	IPs       map[string]string // network name → address
 }
 
 // Containers lists the project's containers (also stopped ones) of the
