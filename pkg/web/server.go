@@ -160,6 +160,7 @@ func Health(app *fiber.App, checks map[string]func(context.Context) error) {
 			status[name] = "timeout"
 		}
 		ok := true
+	wait:
 		for range checks {
 			select {
 			case r := <-results:
@@ -169,11 +170,10 @@ func Health(app *fiber.App, checks map[string]func(context.Context) error) {
 				} else {
 					status[r.name] = "ok"
 				}
-				continue
 			case <-ctx.Done():
-				ok = false
+				ok = false // the rest stay "timeout"
+				break wait
 			}
-			break
 		}
 		if !ok {
 			return c.Status(http.StatusServiceUnavailable).JSON(fiber.Map{"status": "unavailable", "code": "unavailable", "checks": status})

@@ -273,22 +273,7 @@ func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[st
 		return fmt.Errorf("raw PutObject 1 MiB: %w", err)
 	}
 	defer mc.RemoveObject(context.Background(), rawBucket, "raw-small", minio.RemoveObjectOptions{})
-	get := func(url string) error {
-		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-		for k, v := range auth {
-			req.Header.Set(k, v)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return err
-		}
-		n, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 || n != size {
-			return fmt.Errorf("download 1 MiB: %d, %d bytes, %v", resp.StatusCode, n, err)
-		}
-		return nil
-	}
+	get := func(url string) error { return download(ctx, c, url, auth, size) }
 	rawGet := func(int) error {
 		obj, err := mc.GetObject(ctx, rawBucket, "raw-small", minio.GetObjectOptions{})
 		if err != nil {
@@ -427,18 +412,29 @@ func directToFiles(e *env, c *http.Client, auth map[string]string, path string, 
 			}
 			signed = time.Now()
 		}
-		req, _ := http.NewRequestWithContext(e.ctx, "GET", url, nil)
-		req.Header.Set(identity.Header, tok)
-		resp, err := c.Do(req)
-		if err != nil {
-			return err
-		}
-		n, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 || n != size {
-			return fmt.Errorf("download from files: %d, %d bytes, %v", resp.StatusCode, n, err)
-		}
-		return nil
+		return download(e.ctx, c, url, map[string]string{identity.Header: tok}, size)
 	}
 	return get, get(0)
+}
+
+// download GETs url with the headers hdr and reads the answer, which must
+// be a 200 of size bytes.
+func download(ctx context.Context, c *http.Client, url string, hdr map[string]string, size int64) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return err
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || n != size {
+		return fmt.Errorf("download %s: %d, %d bytes of %d, %v", url, resp.StatusCode, n, size, err)
+	}
+	return nil
 }

@@ -325,17 +325,20 @@ func (s *Stack) notHealthySince(ctx context.Context, since time.Time) ([]string,
 		if !c.Running || c.Health == "" {
 			continue
 		}
-		// Docker's own record of the checks, for the message of a wait
-		// that times out.
-		checks := " [checks: " + strings.Join(c.Checks, " | ") + "]"
+		var why string
 		switch {
 		case c.Health != "healthy":
-			waiting = append(waiting, c.Name+" "+c.Health+checks)
+			why = " " + c.Health
 		case c.LastCheck.Before(since):
-			waiting = append(waiting, c.Name+" (no check since)"+checks)
+			why = " (no check since)"
 		case !c.LastCheckPassed:
-			waiting = append(waiting, c.Name+" (last check failed)"+checks)
+			why = " (last check failed)"
+		default:
+			continue
 		}
+		// Docker's own record of the checks, for the message of a wait
+		// that times out.
+		waiting = append(waiting, c.Name+why+" [checks: "+strings.Join(c.Checks, " | ")+"]")
 	}
 	return waiting, nil
 }

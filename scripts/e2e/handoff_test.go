@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"math/rand/v2"
@@ -10,32 +9,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // handoffs reads acme_gateway_handoffs_total{result} from the gateway's
-// metrics.
+// metrics (0 before the first).
 func handoffs(t *testing.T, metricsURL, result string) float64 {
 	t.Helper()
-	resp, err := http.Get(metricsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	prefix := `acme_gateway_handoffs_total{result="` + result + `"} `
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s%s: %v", prefix, v, err)
-			}
-			return n
-		}
-	}
-	return 0
+	v, _ := metric(t, metricsURL, metrics.Namespace+`_gateway_handoffs_total{result="`+result+`"}`)
+	return v
 }
 
 func noHandoffHeaders(t *testing.T, what string, h http.Header) {

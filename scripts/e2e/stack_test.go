@@ -26,6 +26,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/acme/platform/scripts/stack"
@@ -150,21 +151,35 @@ func errorLines(out, label string) []string {
 	return errs
 }
 
-// logsMetric reads one of a logs replica's own metrics (<ns>_logs_<name>).
-func logsMetric(t *testing.T, proc *stack.Proc, name string) int {
+// metric reads one series (its name and labels as /metrics writes them)
+// from a /metrics URL; ok is false when it is not there.
+func metric(t *testing.T, url, series string) (v float64, ok bool) {
 	t.Helper()
-	resp, err := http.Get("http://" + proc.Addr + "/metrics")
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^\w+_logs_` + name + ` (\S+)$`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(b)
 	if m == nil {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatalf("%s %s: %v", series, m[1], err)
+	}
+	return f, true
+}
+
+// logsMetric reads one of a logs replica's own metrics (<ns>_logs_<name>).
+func logsMetric(t *testing.T, proc *stack.Proc, name string) int {
+	t.Helper()
+	v, ok := metric(t, "http://"+proc.Addr+"/metrics", metrics.Namespace+"_logs_"+name)
+	if !ok {
 		t.Fatalf("%s: no logs_%s in /metrics", proc.Name, name)
 	}
-	f, _ := strconv.ParseFloat(string(m[1]), 64)
-	return int(f)
+	return int(v)
 }
 
 // ingested reads a logs replica's ingested-records counter.

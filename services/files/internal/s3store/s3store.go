@@ -46,7 +46,7 @@ type Store struct {
 	bucket string
 	opts   Options
 	nodes  *failover.Dialer // nil with one endpoint
-	// nodeList are the endpoints when there are several.
+	// nodeList are the endpoints when there are several (nil with one).
 	nodeList []string
 
 	presignMu sync.Mutex
@@ -76,7 +76,9 @@ func New(o Options) (*Store, error) {
 		MaxRetries: o.MaxRetries,
 	}
 	var nodes *failover.Dialer
+	var nodeList []string
 	if len(endpoints) > 1 {
+		nodeList = endpoints
 		t, err := minio.DefaultTransport(o.UseTLS)
 		if err != nil {
 			return nil, fmt.Errorf("s3 client: %w", err)
@@ -99,7 +101,7 @@ func New(o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("s3 client: %w", err)
 	}
-	return &Store{client: c, core: minio.Core{Client: c}, bucket: o.Bucket, opts: o, nodes: nodes, nodeList: endpoints, presigned: map[string]presignedURL{}}, nil
+	return &Store{client: c, core: minio.Core{Client: c}, bucket: o.Bucket, opts: o, nodes: nodes, nodeList: nodeList, presigned: map[string]presignedURL{}}, nil
 }
 
 // Close stops the readiness probes of the nodes (several endpoints).
@@ -212,16 +214,12 @@ func (s *Store) get(ctx context.Context, key string, start, end int64, open gett
 // downloaded often is signed once per half expiry (signing costs tens of
 // microseconds).
 func (s *Store) Presign(ctx context.Context, key string, expiry time.Duration) (string, []string, error) {
-	var nodes []string
-	if s.nodes != nil {
-		nodes = s.nodeList
-	}
 	now := time.Now()
 	s.presignMu.Lock()
 	p, ok := s.presigned[key]
 	s.presignMu.Unlock()
 	if ok && p.expiry == expiry && now.Before(p.reuseUntil) {
-		return p.url, nodes, nil
+		return p.url, s.nodeList, nil
 	}
 	u, err := s.client.PresignedGetObject(ctx, s.bucket, key, expiry, nil)
 	if err != nil {
@@ -241,7 +239,7 @@ func (s *Store) Presign(ctx context.Context, key string, expiry time.Duration) (
 	}
 	s.presigned[key] = p
 	s.presignMu.Unlock()
-	return p.url, nodes, nil
+	return p.url, s.nodeList, nil
 }
 
 // maxPresigned bounds the presigned URLs kept for reuse.
