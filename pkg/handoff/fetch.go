@@ -23,6 +23,8 @@ import (
 type Fetcher struct {
 	base       *http.Transport
 	ok, failed prometheus.Counter // acme_gateway_handoffs_total by result
+	// acme_gateway_handoff_prefetches_total by result (Prefetched)
+	prefetchUsed, prefetchDropped prometheus.Counter
 
 	mu       sync.Mutex
 	clusters map[string]*cluster // by Answer.Nodes, joined
@@ -39,11 +41,15 @@ func NewFetcher(reg prometheus.Registerer) *Fetcher {
 	fetches := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "gateway",
 		Name: "handoffs_total", Help: "Objects the files service handed off to the gateway (package handoff), by result: ok (fetched from the object store, sent by the gateway), failed (the fetch failed before the first byte; the files service was asked for the bytes instead)."},
 		[]string{"result"})
+	prefetches := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "gateway",
+		Name: "handoff_prefetches_total", Help: "Object fetches started with the request to the files service, from the caller's last handoff of the same path (the gateway's prefetch), by result: used (the files service handed off the same bytes), dropped (it answered otherwise, or the fetch failed; the body was not sent)."},
+		[]string{"result"})
 	if reg != nil {
-		reg.MustRegister(fetches)
+		reg.MustRegister(fetches, prefetches)
 	}
 	return &Fetcher{
 		ok: fetches.WithLabelValues("ok"), failed: fetches.WithLabelValues("failed"),
+		prefetchUsed: prefetches.WithLabelValues("used"), prefetchDropped: prefetches.WithLabelValues("dropped"),
 		base: &http.Transport{
 			Proxy:                 nil, // the object store is inside the deployment
 			MaxIdleConns:          256,
@@ -56,6 +62,17 @@ func NewFetcher(reg prometheus.Registerer) *Fetcher {
 			ReadBufferSize:     64 << 10,
 		},
 		clusters: map[string]*cluster{},
+	}
+}
+
+// Prefetched counts a prefetch (see acme_gateway_handoff_prefetches_total):
+// used (then also a handoff sent, result ok) or dropped.
+func (f *Fetcher) Prefetched(used bool) {
+	if used {
+		f.prefetchUsed.Inc()
+		f.ok.Inc()
+	} else {
+		f.prefetchDropped.Inc()
 	}
 }
 
@@ -103,6 +120,24 @@ var ErrObject = errors.New("handoff: object not fetched")
 // asks again for the bytes not yet read, of the same version (ETag), up to
 // resume.Tries times.
 func (f *Fetcher) Open(ctx context.Context, a Answer) (io.ReadCloser, error) {
+	body, err := f.open(ctx, a)
+	switch {
+	case err == nil:
+		f.ok.Inc()
+	case ctx.Err() == nil:
+		f.failed.Inc()
+	}
+	return body, err
+}
+
+// Prefetch is Open for a fetch started before the files service answered
+// (the gateway's prefetch), counted by Prefetched rather than as a
+// handoff.
+func (f *Fetcher) Prefetch(ctx context.Context, a Answer) (io.ReadCloser, error) {
+	return f.open(ctx, a)
+}
+
+func (f *Fetcher) open(ctx context.Context, a Answer) (io.ReadCloser, error) {
 	u, err := url.Parse(a.URL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -146,12 +181,8 @@ func (f *Fetcher) Open(ctx context.Context, a Answer) (io.ReadCloser, error) {
 	// none); a part of it, and every resumption, with one.
 	body, err := get(ctx, a.Start, end, "", a.End >= 0)
 	if err != nil {
-		if ctx.Err() == nil {
-			f.failed.Inc()
-		}
 		return nil, err
 	}
-	f.ok.Inc()
 	reopen := func(ctx context.Context, off, last int64, match string) (io.ReadCloser, error) {
 		return get(ctx, off, last, match, true)
 	}

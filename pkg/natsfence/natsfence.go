@@ -142,6 +142,57 @@ func (f *Fence) Close() {
 // call has been applied, or an error when that cannot be known (NATS
 // unreachable, or ctx ended): then cached entries must not be trusted.
 func (f *Fence) Sync(ctx context.Context) error {
+	o, _ := ctx.Value(onceKey{}).(*once)
+	if o.passed(f) {
+		return nil
+	}
+	err := f.sync(ctx)
+	if err == nil {
+		o.pass(f)
+	}
+	return err
+}
+
+type onceKey struct{}
+
+// once records the fences that passed during one request (Once).
+type once struct {
+	mu   sync.Mutex
+	done map[*Fence]bool
+}
+
+// Once returns a context under which a fence that passed once passes at
+// once afterwards: a request that reads several cached values pays one
+// round trip, not one per read. That keeps Sync's promise: the first
+// round trip began after the request arrived, so every message published
+// before the request was applied before any later read of it. Use it per
+// request, never for a longer-lived context.
+func Once(ctx context.Context) context.Context {
+	return context.WithValue(ctx, onceKey{}, &once{})
+}
+
+func (o *once) passed(f *Fence) bool {
+	if o == nil {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.done[f]
+}
+
+func (o *once) pass(f *Fence) {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	if o.done == nil {
+		o.done = map[*Fence]bool{}
+	}
+	o.done[f] = true
+	o.mu.Unlock()
+}
+
+func (f *Fence) sync(ctx context.Context) error {
 	w := make(chan error, 1)
 	f.mu.Lock()
 	if f.open == nil {

@@ -198,3 +198,57 @@ func TestApplyResetAndDisconnected(t *testing.T) {
 		t.Fatalf("reset %d times after one reconnect, want 1", resets.Load())
 	}
 }
+
+// Under Once, a fence that passed passes again without a round trip (here
+// the server is gone by then); a failed Sync is not remembered, and
+// another request's context is not affected.
+func TestOnce(t *testing.T) {
+	testkit.SkipShort(t)
+	srv, err := embedded.NATS(t.TempDir(), "127.0.0.1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f, err := New(nc, "x.once", func([]byte) {}, func() {}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := New(nc, "y.once", func([]byte) {}, func() {}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+
+	req := Once(context.Background())
+	if err := f.Sync(req); err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	deadline := time.Now().Add(5 * time.Second)
+	for nc.IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := f.Sync(req); err != nil {
+		t.Fatalf("second Sync of the same request: %v, want nil without a round trip", err)
+	}
+	if err := g.Sync(req); err == nil {
+		t.Fatal("another fence passed without its own round trip")
+	}
+	if err := f.Sync(Once(context.Background())); err == nil {
+		t.Fatal("a new request passed the fence with NATS away")
+	}
+	if err := f.Sync(context.Background()); err == nil {
+		t.Fatal("Sync without Once passed with NATS away")
+	}
+	failed := Once(context.Background())
+	if f.Sync(failed) == nil || f.Sync(failed) == nil {
+		t.Fatal("a failed Sync was remembered as passed")
+	}
+}

@@ -133,3 +133,88 @@ func TestHandoffOff(t *testing.T) {
 		t.Fatalf("%v handoffs with handoff off", n)
 	}
 }
+
+// prefetches reads acme_gateway_handoff_prefetches_total{result}.
+func prefetches(t *testing.T, metricsURL, result string) float64 {
+	t.Helper()
+	v, _ := metric(t, metricsURL, metrics.Namespace+`_gateway_handoff_prefetches_total{result="`+result+`"}`)
+	return v
+}
+
+// TestHandoffPrefetch: a download handed off to the same caller before
+// starts its object fetch together with the request to the files service
+// (gateway/internal/proxy/prefetch.go), and its bytes are sent only when
+// the files service hands off the same object again. A range, another
+// caller, an exhausted share link and a deleted file get exactly what the
+// files service answers: the prefetched bytes are dropped unsent.
+func TestHandoffPrefetch(t *testing.T) {
+	p, sec, _ := platform(t, nil)
+	gw := p.GatewayURL
+	admin := signIn(t, gw, sec.AdminEmail, sec.AdminPassword)
+	anon := newClient(t, gw)
+	m := p.MetricsURLs["gateway"]
+	counts := func() (used, dropped float64) {
+		return prefetches(t, m, "used"), prefetches(t, m, "dropped")
+	}
+	wantCounts := func(what string, used, dropped float64) {
+		t.Helper()
+		if u, d := counts(); u != used || d != dropped {
+			t.Fatalf("%s: prefetches used %v dropped %v, want %v and %v", what, u, d, used, dropped)
+		}
+	}
+
+	data := make([]byte, 300<<10+7)
+	_, _ = rand.NewChaCha8([32]byte{9}).Read(data)
+	r := admin.upload("/upload/file", part{field: "file", filename: "p.bin", data: bytes.NewReader(data)})
+	if r.status != 201 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["file"].(map[string]any)["id"].(string)
+	whole := func(c *client, path, what string) {
+		t.Helper()
+		d := c.raw("GET", path, nil, nil, "")
+		if d.status != 200 || !bytes.Equal(d.body, data) || d.header.Get("Content-Length") != strconv.Itoa(len(data)) ||
+			d.header.Get("X-Content-Type-Options") != "nosniff" || !strings.HasPrefix(d.header.Get("Content-Disposition"), "attachment") {
+			t.Fatalf("%s: %d, %d bytes, %v", what, d.status, len(d.body), d.header)
+		}
+		noHandoffHeaders(t, what, d.header)
+	}
+	whole(admin, "/download/file/"+id, "first download")
+	wantCounts("first download (nothing known yet)", 0, 0)
+	for i := range 3 {
+		whole(admin, "/download/file/"+id, "download "+strconv.Itoa(i+2))
+	}
+	wantCounts("three more downloads", 3, 0)
+	if rg := admin.raw("GET", "/download/file/"+id, map[string]string{"Range": "bytes=5-9"}, nil, ""); rg.status != 206 || !bytes.Equal(rg.body, data[5:10]) {
+		t.Fatalf("range: %d %q", rg.status, rg.body)
+	}
+	wantCounts("a range (never prefetched)", 3, 0)
+
+	// Another user: nothing was handed off to them, nothing is prefetched.
+	admin.mustStatus(201, "POST", "/users", map[string]any{"email": "pre@example.com", "password": "correct horse battery", "fullName": "P", "edv": "E"})
+	other := signIn(t, gw, "pre@example.com", "correct horse battery")
+	if d := other.raw("GET", "/download/file/"+id, nil, nil, ""); d.status == 200 || bytes.Contains(d.body, data[:64]) {
+		t.Fatalf("another user's download: %d, %d bytes", d.status, len(d.body))
+	}
+	wantCounts("another user", 3, 0)
+
+	// A share link for two downloads: the second is prefetched; the third
+	// is refused by the files service (410) while the object is still
+	// there, so the prefetched bytes must be dropped.
+	path := sharePath(t, gw, admin.mustStatus(201, "POST", "/files/"+id+"/links", map[string]any{"maxDownloads": 2}))
+	whole(anon, path, "shared download 1")
+	whole(anon, path, "shared download 2")
+	wantCounts("two shared downloads", 4, 0)
+	if g := anon.raw("GET", path, nil, nil, ""); g.status != 410 || g.json(t)["code"] != "link_exhausted" {
+		t.Fatalf("exhausted link: %d %s", g.status, g.body)
+	}
+	wantCounts("exhausted link", 4, 1)
+
+	// Deleted: 404 from the files service, the prefetch dropped; the
+	// caller's entry is forgotten, so the next try prefetches nothing.
+	admin.mustStatus(204, "DELETE", "/files/"+id, nil)
+	for range 2 {
+		checkErrSentID(t, "download of a deleted file", admin.raw("GET", "/download/file/"+id, nil, nil, ""), 404, id)
+	}
+	wantCounts("deleted file", 4, 2)
+}

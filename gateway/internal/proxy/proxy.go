@@ -133,6 +133,8 @@ type Handler struct {
 
 	tokMu  sync.Mutex
 	tokens map[string]cachedToken
+
+	pre prefetches // handoff answers, for prefetch.go
 }
 
 type cachedToken struct {
@@ -154,6 +156,8 @@ type target struct {
 	service string
 	hash    string // session cookie hash, for eviction after auth changes
 	body    *limitedBody
+	preKey  string    // prefetch.go: the request's key, "" when not eligible
+	pre     *prefetch // the object fetch started with the request, if any
 }
 
 // limitedBody fails a request body (chunked, so of unknown length) once it
@@ -269,13 +273,25 @@ func (h *Handler) takeHandoff(resp *http.Response, t *target) error {
 	a, ok, err := handoff.Parse(resp.Header)
 	if !ok {
 		handoff.Strip(resp.Header)
+		if t.preKey != "" {
+			h.pre.forget(t.preKey) // refused, missing, not modified: nothing to prefetch
+		}
 		return nil
 	}
 	handoff.Strip(resp.Header)
 	ctx := resp.Request.Context()
 	if err == nil && h.cfg.Handoff != nil && t.service == "files" {
+		if t.preKey != "" && a.End < 0 {
+			h.pre.put(t.preKey, a, time.Now())
+		}
 		var body io.ReadCloser
-		if body, err = h.cfg.Handoff.Open(ctx, a); err == nil {
+		if t.pre != nil && t.pre.matches(a) {
+			body, err = t.pre.take()
+		}
+		if body == nil {
+			body, err = h.cfg.Handoff.Open(ctx, a)
+		}
+		if err == nil {
 			resp.Body.Close()
 			resp.Body = body
 			resp.ContentLength = a.Length
@@ -437,6 +453,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	}
 	t := &target{group: group, token: tok, rid: rid, service: route.Service, hash: hash, body: lb}
 	ctx := context.WithValue(r.Context(), keyTarget, t)
+	if h.cfg.Handoff != nil && route.Service == "files" && route.Upstream == "" {
+		// Authorized here already (session or key): a download handed off
+		// to this caller before starts its object fetch now (prefetch.go).
+		if t.preKey = prefetchKey(r, claims.Subject); t.preKey != "" {
+			if a, ok := h.pre.get(t.preKey, time.Now()); ok {
+				t.pre = startPrefetch(ctx, h.cfg.Handoff, a)
+				defer t.pre.drop()
+			}
+		}
+	}
 	if h.cfg.Streams != nil && strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)

@@ -432,7 +432,7 @@ func (s *Service) DisableTOTP(ctx context.Context, c Caller, pw, code string) er
 	}
 	fail := func(e error) error {
 		if s.cfg.Account.Max > 0 {
-			if err := s.throttle.Fail(ctx, acct, s.cfg.Account, s.now()); err != nil {
+			if err := s.throttleFail(ctx, acct, s.cfg.Account); err != nil {
 				return err
 			}
 		}
@@ -569,7 +569,7 @@ func (s *Service) SignInMFA(ctx context.Context, challenge, code string, c Clien
 		}
 		return "", Session{}, u, "", err
 	}
-	if err := s.throttle.Reset(ctx, acct); err != nil {
+	if err := s.throttleReset(ctx, acct); err != nil {
 		s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
 	}
 	secret, sess, err := s.newSession(ctx, u.ID, c, true)

@@ -457,7 +457,7 @@ func (s *Service) FinishPasskeySignIn(ctx context.Context, ceremony string, resp
 	}
 	p.Credential, p.LastUsedAt = *cred, at
 	if _, seen := locks[acct]; seen {
-		if err := s.throttle.Reset(ctx, acct); err != nil {
+		if err := s.throttleReset(ctx, acct); err != nil {
 			s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
 		}
 	}

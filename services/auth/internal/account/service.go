@@ -68,8 +68,8 @@ type UserEvents interface {
 // before serving.
 func (s *Service) SetUserEvents(e UserEvents) { s.userEvents = e }
 
-// userByID reads a user for showing or for identity, through the cache.
-// Never use it to verify a password: cached users carry no hash.
+// userByID reads a user through the cache: exact, since the cache serves
+// only what no write before this request changed.
 func (s *Service) userByID(ctx context.Context, id string) (User, error) {
 	if s.cache == nil {
 		return s.users.ByID(ctx, id)
@@ -77,14 +77,84 @@ func (s *Service) userByID(ctx context.Context, id string) (User, error) {
 	return s.cache.Get(ctx, id, s.users.ByID)
 }
 
-// revoke announces r: first in this replica's user cache, then on NATS
+// signInUser finds the user behind a normalised address for a sign-in:
+// through the cache when it knows the address (the user is then read
+// through Get, and must still have this address), else from the store.
+func (s *Service) signInUser(ctx context.Context, email string) (User, error) {
+	if s.cache == nil {
+		return s.users.ByEmail(ctx, email)
+	}
+	if id, ok := s.cache.UserIDByEmail(email); ok {
+		u, err := s.cache.Get(ctx, id, s.users.ByID)
+		switch {
+		case err == nil && NormalizeEmail(u.Email) == email:
+			return u, nil
+		case err != nil && !errors.Is(err, ErrUserNotFound):
+			return User{}, err
+		}
+		// Deleted, or the address moved: ask the store who has it now.
+	}
+	u, err := s.users.ByEmail(ctx, email)
+	if err == nil {
+		s.cache.RememberEmail(email, u.ID)
+	}
+	return u, err
+}
+
+// revoke announces r: first in this replica's caches, then on NATS
 // (flushed before it returns), so every replica's fence sees it before the
 // request that made the change is answered.
 func (s *Service) revoke(ctx context.Context, r Revocation) {
 	if s.cache != nil {
 		s.cache.Invalidate(r.Users...)
+		s.cache.InvalidateThrottle(r.Throttle...)
 	}
-	s.pub.Revoked(ctx, r)
+	if s.pub != nil {
+		s.pub.Revoked(ctx, r)
+	}
+}
+
+// throttleFail counts one failure of key under rule, and throttleReset
+// forgets key; both announce the change (Revocation.Throttle), whatever
+// the store answered, so no replica keeps serving the old state.
+func (s *Service) throttleFail(ctx context.Context, key string, rule ThrottleRule) error {
+	err := s.throttle.Fail(ctx, key, rule, s.now())
+	s.revoke(ctx, Revocation{Throttle: []string{key}})
+	return err
+}
+
+func (s *Service) throttleReset(ctx context.Context, key string) error {
+	err := s.throttle.Reset(ctx, key)
+	s.revoke(ctx, Revocation{Throttle: []string{key}})
+	return err
+}
+
+// throttleLocks returns, for each key with throttle state, when its lock
+// ends: through the cache when there is one.
+func (s *Service) throttleLocks(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	if s.cache == nil {
+		return s.throttle.Check(ctx, keys)
+	}
+	out := make(map[string]time.Time, len(keys))
+	for _, k := range keys {
+		st, err := s.cache.Throttle(ctx, k, s.loadThrottle)
+		if err != nil {
+			return nil, err
+		}
+		if st.Exists {
+			out[k] = st.LockedUntil
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) loadThrottle(ctx context.Context, key string) (ThrottleState, error) {
+	m, err := s.throttle.Check(ctx, []string{key})
+	if err != nil {
+		return ThrottleState{}, err
+	}
+	t, ok := m[key]
+	return ThrottleState{Exists: ok, LockedUntil: t}, nil
 }
 
 // userWriteFailed announces a user change whose outcome is unknown (the
@@ -213,7 +283,7 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 		return "", Session{}, User{}, err
 	}
 
-	u, err := s.users.ByEmail(ctx, email)
+	u, err := s.signInUser(ctx, email)
 	var ok, rehash bool
 	switch {
 	case errors.Is(err, ErrUserNotFound):
@@ -245,7 +315,7 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 		return "", Session{}, u, ch
 	}
 	if _, seen := locks[acct]; seen {
-		if err := s.throttle.Reset(ctx, acct); err != nil {
+		if err := s.throttleReset(ctx, acct); err != nil {
 			s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
 		}
 	}
@@ -255,8 +325,11 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 	if rehash {
 		if h, err := s.hasher.Hash(ctx, in.Password); err != nil {
 			s.log.WarnContext(ctx, "re-hash password", "user", u.ID, "err", err)
-		} else if err := s.users.ReplaceHash(ctx, u.ID, u.PasswordHash, h); err != nil {
-			s.log.WarnContext(ctx, "store re-hashed password", "user", u.ID, "err", err)
+		} else {
+			if err := s.users.ReplaceHash(ctx, u.ID, u.PasswordHash, h); err != nil {
+				s.log.WarnContext(ctx, "store re-hashed password", "user", u.ID, "err", err)
+			}
+			s.revoke(ctx, Revocation{Users: []string{u.ID}}) // cached users carry the hash
 		}
 	}
 	secret, sess, err := s.newSession(ctx, u.ID, in.Client, false)
@@ -276,7 +349,7 @@ func (s *Service) countSignInFailure(ctx context.Context, keys []string, acct st
 		if rule.Max <= 0 {
 			continue
 		}
-		if err := s.throttle.Fail(ctx, k, rule, s.now()); err != nil {
+		if err := s.throttleFail(ctx, k, rule); err != nil {
 			return err
 		}
 	}
@@ -286,7 +359,7 @@ func (s *Service) countSignInFailure(ctx context.Context, keys []string, acct st
 // checkThrottle returns ThrottledError if any key is locked, else the keys
 // that have throttle state.
 func (s *Service) checkThrottle(ctx context.Context, keys []string) (map[string]time.Time, error) {
-	locks, err := s.throttle.Check(ctx, keys)
+	locks, err := s.throttleLocks(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -427,7 +500,7 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 		}
 		if !ok {
 			if s.cfg.Account.Max > 0 {
-				if err := s.throttle.Fail(ctx, acct, s.cfg.Account, s.now()); err != nil {
+				if err := s.throttleFail(ctx, acct, s.cfg.Account); err != nil {
 					return User{}, nil, err
 				}
 			}

@@ -156,7 +156,7 @@ func (s *Service) ForgotPassword(ctx context.Context, email string, c Client) er
 	}
 	for _, k := range keys {
 		if k.rule.Max > 0 {
-			if err := s.throttle.Fail(ctx, k.key, k.rule, s.now()); err != nil {
+			if err := s.throttleFail(ctx, k.key, k.rule); err != nil {
 				return err
 			}
 		}
@@ -277,7 +277,7 @@ func (s *Service) ResetPassword(ctx context.Context, secret, newPassword string,
 		s.log.WarnContext(ctx, "password reset: drop other links", "user", u.ID, "err", err)
 	}
 	// Whoever holds the mailbox may sign in again at once.
-	if err := s.throttle.Reset(ctx, accountKey(NormalizeEmail(u.Email))); err != nil {
+	if err := s.throttleReset(ctx, accountKey(NormalizeEmail(u.Email))); err != nil {
 		s.log.WarnContext(ctx, "password reset: reset the sign-in throttle", "user", u.ID, "err", err)
 	}
 	s.event(ctx, Event{Type: EventPasswordReset, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c, Detail: map[string]any{"sessionsEnded": len(ended)}})

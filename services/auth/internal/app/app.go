@@ -361,9 +361,10 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 	svc.SetUserEvents(userEvents{js: js, prefix: cfg.SubjectPrefix})
 
-	// Users read by GET /me and /ms/me are cached (AUTH_USER_CACHE_TTL).
-	// Every replica applies the revocations auth publishes (they name every
-	// changed user) and serves a cached user only after a NATS round trip
+	// Users read by GET /me, /ms/me and sign-ins, and sign-in throttle
+	// states, are cached (AUTH_USER_CACHE_TTL). Every replica applies the
+	// revocations auth publishes (they name every changed user and
+	// throttle key) and serves a cached value only after a NATS round trip
 	// begun after the request arrived (pkg/natsfence), so a change through
 	// any replica is seen by every replica on the next request. Without
 	// NATS the fence fails and the database is read.
@@ -397,6 +398,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	meter := newAuthMetrics(reg)
 	if userCache != nil {
 		reg.MustRegister(userCache.Collectors(metrics.Namespace, "auth_user", "users by id")...)
+		reg.MustRegister(userCache.ThrottleCollectors(metrics.Namespace, "auth_throttle")...)
 	}
 	app := web.NewApp(web.Options{Name: "auth", Log: log, BodyLimit: BodyLimit, Metrics: reg, ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout})
 	web.Health(app, map[string]func(context.Context) error{

@@ -197,3 +197,102 @@ func TestUserCacheWithoutNATS(t *testing.T) {
 		}
 	}
 }
+
+// signInStatus signs in on h and returns the status and error code.
+func (h *harness) signInStatus(email, pw string) (int, string) {
+	h.t.Helper()
+	r := h.do(req{method: "POST", path: "/signin", token: h.anonToken(), body: map[string]string{"email": email, "password": pw}})
+	code, _ := r.body["code"].(string)
+	return r.status, code
+}
+
+// Sign-ins read the user, the address and the throttle states through the
+// cache (a password hash changed behind the service's back is not seen),
+// and yet every password change, address change, deletion and throttle
+// change made through one replica holds on the other at the next sign-in.
+func TestSignInCacheAcrossReplicas(t *testing.T) {
+	a := newHarness(t, map[string]string{"AUTH_THROTTLE_ACCOUNT_MAX": "3"})
+	b := a.replica()
+	admin := a.adminToken()
+	id := a.createUser(admin, "fay@example.com", "fay-password")
+	for range 2 { // the second sign-in on b is served by b's caches
+		if st, code := b.signInStatus("fay@example.com", "fay-password"); st != 200 {
+			t.Fatalf("sign-in on B: %d %s", st, code)
+		}
+	}
+	// A hash replaced behind the service's back is not announced: B still
+	// verifies against the cached one (this is what the cache saves).
+	other, err := a.db.Collection("users").FindOne(context.Background(), bson.M{"email": "admin@acme.local"}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminHash := other.Lookup("passwordHash").StringValue()
+	oldHash := ""
+	if u, err := a.db.Collection("users").FindOne(context.Background(), bson.M{"_id": mustOID(t, id)}).Raw(); err == nil {
+		oldHash = u.Lookup("passwordHash").StringValue()
+	}
+	if _, err := a.db.Collection("users").UpdateOne(context.Background(), bson.M{"_id": mustOID(t, id)},
+		bson.M{"$set": bson.M{"passwordHash": adminHash}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := b.signInStatus("fay@example.com", "fay-password"); st != 200 {
+		t.Fatalf("B answered %d: sign-ins do not read users through the cache", st)
+	}
+	if _, err := a.db.Collection("users").UpdateOne(context.Background(), bson.M{"_id": mustOID(t, id)},
+		bson.M{"$set": bson.M{"passwordHash": oldHash}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A password change through A: the old password is refused on B at
+	// once, the new one accepted.
+	secret := b.signIn("fay@example.com", "fay-password")
+	tok, _ := b.tokenFor(secret)
+	want(t, a.do(req{method: "PATCH", path: "/me", token: tok, body: map[string]any{"password": map[string]string{"old": "fay-password", "new": "fay-password-2"}}}), 200, "")
+	if st, code := b.signInStatus("fay@example.com", "fay-password"); st != 401 {
+		t.Fatalf("old password on B after the change on A: %d %s", st, code)
+	}
+	b.signIn("fay@example.com", "fay-password-2")
+
+	// An administrator's password reset through B holds on A.
+	a.signIn("fay@example.com", "fay-password-2")
+	want(t, b.do(req{method: "PATCH", path: "/users/" + id, token: admin, body: map[string]any{"password": map[string]string{"new": "fay-password-3"}}}), 200, "")
+	if st, _ := a.signInStatus("fay@example.com", "fay-password-2"); st != 401 {
+		t.Fatalf("old password on A after the reset on B: %d", st)
+	}
+	a.signIn("fay@example.com", "fay-password-3")
+
+	// The address moves through A: the old one is refused on B, the new
+	// one works; then another user takes the old address and B signs
+	// that user in, not fay.
+	b.signIn("fay@example.com", "fay-password-3")
+	want(t, a.do(req{method: "PATCH", path: "/users/" + id, token: admin, body: map[string]any{"email": "fay2@example.com"}}), 200, "")
+	if st, _ := b.signInStatus("fay@example.com", "fay-password-3"); st != 401 {
+		t.Fatalf("old address on B after the change on A: %d", st)
+	}
+	b.signIn("fay2@example.com", "fay-password-3")
+	gus := a.createUser(admin, "fay@example.com", "gus-password")
+	if st, _ := b.signInStatus("fay@example.com", "fay-password-3"); st != 401 {
+		t.Fatalf("fay's password for gus's address on B: %d", st)
+	}
+	if _, s := b.msMe(b.signIn("fay@example.com", "gus-password")); s.userID != gus {
+		t.Fatalf("the address now names %s, want gus %s", s.userID, gus)
+	}
+
+	// Failures through A lock the account on B at once, even for the right
+	// password; B had cached the account's state (no failures).
+	b.signIn("fay2@example.com", "fay-password-3")
+	for range 3 {
+		if st, _ := a.signInStatus("fay2@example.com", "wrong-password"); st != 401 {
+			t.Fatalf("wrong password on A: %d", st)
+		}
+	}
+	if st, code := b.signInStatus("fay2@example.com", "fay-password-3"); st != 429 {
+		t.Fatalf("right password on B after the lock on A: %d %s, want 429", st, code)
+	}
+
+	// Deleted through A: refused on B at once.
+	want(t, a.do(req{method: "DELETE", path: "/users/" + gus, token: admin}), 200, "")
+	if st, _ := b.signInStatus("fay@example.com", "gus-password"); st != 401 {
+		t.Fatalf("deleted user on B: %d", st)
+	}
+}

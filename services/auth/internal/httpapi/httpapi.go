@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/auth/internal/account"
 	"github.com/gofiber/fiber/v2"
@@ -127,7 +128,9 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 // deadline bounds every request so that a queue of sign-ins waiting for a
 // hash slot (or a slow database) ends in a 503 instead of piling up.
 func (a *API) deadline(c *fiber.Ctx) error {
-	ctx, cancel := context.WithTimeout(c.UserContext(), a.opts.RequestTimeout)
+	// One NATS fence per request however many cached reads it makes
+	// (a sign-in reads two throttle states and a user).
+	ctx, cancel := context.WithTimeout(natsfence.Once(c.UserContext()), a.opts.RequestTimeout)
 	defer cancel()
 	c.SetUserContext(ctx)
 	return c.Next()

@@ -3,7 +3,9 @@
 //
 // Subject: <NATS_SUBJECT_PREFIX>.auth.revoked (core NATS, no JetStream: a
 // gateway that misses a message still expires its cache within seconds).
-// Payload: {"sessions":["<hex sha256 of the cookie value>",...],"users":["<user id>",...]}.
+// Payload: {"sessions":["<hex sha256 of the cookie value>",...],"users":["<user id>",...]},
+// and "throttle":["<throttle key>",...] when sign-in throttle states changed
+// (auth replicas' caches, services/auth/internal/usercache; gateways ignore it).
 package revocation
 
 import (
@@ -33,7 +35,7 @@ func NewPublisher(nc *nats.Conn, prefix string, log *slog.Logger) *Publisher {
 
 // Revoked implements account.Publisher. Failures are logged, never returned.
 func (p *Publisher) Revoked(ctx context.Context, r account.Revocation) {
-	if len(r.Sessions) == 0 && len(r.Users) == 0 {
+	if len(r.Sessions) == 0 && len(r.Users) == 0 && len(r.Throttle) == 0 {
 		return
 	}
 	if r.Sessions == nil {
@@ -55,6 +57,6 @@ func (p *Publisher) Revoked(ctx context.Context, r account.Revocation) {
 	err = natsfence.Publish(p.nc, p.subject, body)
 	if err != nil {
 		p.log.WarnContext(ctx, "publish revocation failed; gateways will expire their caches", "err", err,
-			"sessions", len(r.Sessions), "users", len(r.Users))
+			"sessions", len(r.Sessions), "users", len(r.Users), "throttle", len(r.Throttle))
 	}
 }

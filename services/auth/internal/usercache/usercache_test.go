@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,7 +52,7 @@ func newStore(ids ...string) *store {
 	return s
 }
 
-func TestHitMissAndHashStripped(t *testing.T) {
+func TestHitMissKeepsHash(t *testing.T) {
 	s := newStore("u1")
 	c := New(time.Minute, 10, nil)
 	ctx := context.Background()
@@ -64,8 +65,8 @@ func TestHitMissAndHashStripped(t *testing.T) {
 		if err != nil || u.FullName != "v1" {
 			t.Fatalf("cached Get: %+v %v", u, err)
 		}
-		if u.PasswordHash != "" {
-			t.Fatal("a cached user carries the password hash")
+		if u.PasswordHash != "$argon2id$secret" {
+			t.Fatalf("a cached user carries hash %q: sign-ins verify against it", u.PasswordHash)
 		}
 	}
 	if n := s.reads.Load(); n != 1 {
@@ -101,5 +102,74 @@ func TestApply(t *testing.T) {
 	apply([]byte(`garbage`))
 	if c.Len() != 0 {
 		t.Fatal("an unreadable revocation must clear the cache")
+	}
+}
+
+// Throttle states are cached per key and dropped by the revocations that
+// name them (and by an unreadable one); the address index is a hint kept
+// until Clear, and disabled with the cache.
+func TestThrottleAndAddresses(t *testing.T) {
+	c := New(time.Minute, 10, nil)
+	ctx := context.Background()
+	var loads atomic.Int64
+	lockedUntil := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	load := func(_ context.Context, key string) (account.ThrottleState, error) {
+		loads.Add(1)
+		if key == "account:locked" {
+			return account.ThrottleState{Exists: true, LockedUntil: lockedUntil}, nil
+		}
+		return account.ThrottleState{}, nil
+	}
+	for range 3 {
+		st, err := c.Throttle(ctx, "account:locked", load)
+		if err != nil || !st.Exists || !st.LockedUntil.Equal(lockedUntil) {
+			t.Fatalf("locked key: %+v %v", st, err)
+		}
+		if st, _ := c.Throttle(ctx, "address:1.2.3.4", load); st.Exists {
+			t.Fatalf("key without state: %+v", st)
+		}
+	}
+	if n := loads.Load(); n != 2 {
+		t.Fatalf("%d loads for two keys read three times each, want 2", n)
+	}
+	apply := c.Apply(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	apply([]byte(`{"sessions":[],"users":["u1"]}`))
+	_, _ = c.Throttle(ctx, "account:locked", load)
+	if n := loads.Load(); n != 2 {
+		t.Fatal("a revocation naming a user dropped throttle states")
+	}
+	apply([]byte(`{"sessions":[],"users":[],"throttle":["account:locked"]}`))
+	_, _ = c.Throttle(ctx, "account:locked", load)
+	_, _ = c.Throttle(ctx, "address:1.2.3.4", load)
+	if n := loads.Load(); n != 3 {
+		t.Fatalf("%d loads after revoking one key, want 3", n)
+	}
+	if st := c.ThrottleStats(); st.Misses != 3 || st.Hits != 6 {
+		t.Fatalf("throttle stats %+v", st)
+	}
+
+	c.RememberEmail("fay@example.com", "u1")
+	if id, ok := c.UserIDByEmail("fay@example.com"); !ok || id != "u1" {
+		t.Fatalf("address index: %q %v", id, ok)
+	}
+	apply([]byte(`garbage`))
+	if _, ok := c.UserIDByEmail("fay@example.com"); ok {
+		t.Fatal("Clear kept the address index")
+	}
+	_, _ = c.Throttle(ctx, "account:locked", load)
+	if n := loads.Load(); n != 4 {
+		t.Fatal("Clear kept throttle states")
+	}
+	for i := range 25 { // a full index starts over, never grows past max
+		c.RememberEmail(strconv.Itoa(i)+"@example.com", "u")
+	}
+	if len(c.emails) > 10 {
+		t.Fatalf("%d addresses kept, max 10", len(c.emails))
+	}
+
+	off := New(0, 10, nil)
+	off.RememberEmail("fay@example.com", "u1")
+	if _, ok := off.UserIDByEmail("fay@example.com"); ok {
+		t.Fatal("a disabled cache remembered an address")
 	}
 }
