@@ -5,6 +5,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,17 +199,37 @@ func TestHandoffPrefetch(t *testing.T) {
 	}
 	wantCounts("another user", 3, 0)
 
+	// A second session of the administrator: its second download is
+	// prefetched; once it is signed out, its cookie gets the gateway's 401
+	// although a prefetch had started, and no byte.
+	second := signIn(t, gw, sec.AdminEmail, sec.AdminPassword)
+	u, _ := url.Parse(gw)
+	var cookie string
+	for _, c := range second.http.Jar.Cookies(u) {
+		if c.Name == "sessionId" {
+			cookie = c.Value
+		}
+	}
+	whole(second, "/download/file/"+id, "second session, download 1")
+	whole(second, "/download/file/"+id, "second session, download 2")
+	wantCounts("second session", 4, 0)
+	second.mustStatus(200, "DELETE", "/signout", nil)
+	if d := anon.raw("GET", "/download/file/"+id, map[string]string{"Cookie": "sessionId=" + cookie}, nil, ""); d.status != 401 || bytes.Contains(d.body, data[:64]) {
+		t.Fatalf("signed-out session: %d, %d bytes", d.status, len(d.body))
+	}
+	wantCounts("signed-out session", 4, 1)
+
 	// A share link for two downloads: the second is prefetched; the third
 	// is refused by the files service (410) while the object is still
 	// there, so the prefetched bytes must be dropped.
 	path := sharePath(t, gw, admin.mustStatus(201, "POST", "/files/"+id+"/links", map[string]any{"maxDownloads": 2}))
 	whole(anon, path, "shared download 1")
 	whole(anon, path, "shared download 2")
-	wantCounts("two shared downloads", 4, 0)
+	wantCounts("two shared downloads", 5, 1)
 	if g := anon.raw("GET", path, nil, nil, ""); g.status != 410 || g.json(t)["code"] != "link_exhausted" {
 		t.Fatalf("exhausted link: %d %s", g.status, g.body)
 	}
-	wantCounts("exhausted link", 4, 1)
+	wantCounts("exhausted link", 5, 2)
 
 	// Deleted: 404 from the files service, the prefetch dropped; the
 	// caller's entry is forgotten, so the next try prefetches nothing.
@@ -216,5 +237,5 @@ func TestHandoffPrefetch(t *testing.T) {
 	for range 2 {
 		checkErrSentID(t, "download of a deleted file", admin.raw("GET", "/download/file/"+id, nil, nil, ""), 404, id)
 	}
-	wantCounts("deleted file", 4, 2)
+	wantCounts("deleted file", 5, 3)
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"slices"
@@ -21,10 +23,14 @@ import (
 // file, a new URL, a range) drops the prefetched body unread. Prefetching
 // changes when the object store is asked, never what a client receives.
 //
-// The last handoff answer is remembered per caller (user id, or none for
-// anonymous routes such as share links) and exact path with query, for
-// prefetchTTL, at most prefetchMax of them; only whole-object GETs without
-// conditional or range headers use and refresh them.
+// The last handoff answer is remembered per caller (a hash of the session
+// cookie or API key, or none on anonymous routes such as share links) and
+// exact path with query, for prefetchTTL, at most prefetchMax of them; only
+// whole-object GETs without conditional or range headers use and refresh
+// them. The fetch starts when the request arrives, before the gateway has
+// checked the credential: a revoked or forged one can at most make the
+// object store start sending an object that this credential was handed
+// before, which is dropped unsent.
 
 const (
 	prefetchTTL = 5 * time.Minute
@@ -77,9 +83,30 @@ func (p *prefetches) forget(key string) {
 	p.mu.Unlock()
 }
 
+// prefetchCaller names the credential a request to route carries, as the
+// gateway is about to check it: a hash of its API key or session cookie,
+// "" on public routes; ok is false when a session route has no cookie.
+func prefetchCaller(r *http.Request, route Route, authz string) (caller string, ok bool) {
+	var cred string
+	switch {
+	case authz != "" && (route.Access == Session || route.Access == Admin || route.Access == ServiceOrKey):
+		cred = "key " + authz
+	case route.Access == Session || route.Access == Admin:
+		c, err := r.Cookie("sessionId")
+		if err != nil || c.Value == "" {
+			return "", false
+		}
+		cred = "session " + c.Value
+	default:
+		return "", true
+	}
+	sum := sha256.Sum256([]byte(cred))
+	return hex.EncodeToString(sum[:]), true
+}
+
 // prefetchKey is the key of an eligible request (a whole-object GET to the
-// files service), or "" for any other.
-func prefetchKey(r *http.Request, subject string) string {
+// files service) from caller, or "" for any other.
+func prefetchKey(r *http.Request, caller string) string {
 	if r.Method != http.MethodGet {
 		return ""
 	}
@@ -88,7 +115,7 @@ func prefetchKey(r *http.Request, subject string) string {
 			return ""
 		}
 	}
-	return subject + " " + r.URL.RequestURI()
+	return caller + " " + r.URL.RequestURI()
 }
 
 // prefetch is one object fetch started before the files service answered.

@@ -380,6 +380,21 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	claims := identity.Claims{ClientIP: clientIP(r)}
 	var hash, streamSID, streamKey string
 	authz := r.Header.Get("Authorization")
+	// A download handed off to this caller before starts its object fetch
+	// now, while the caller is checked and the files service asked
+	// (prefetch.go); nothing of it is sent unless both agree.
+	var pre *prefetch
+	preKey := ""
+	if h.cfg.Handoff != nil && route.Service == "files" && route.Upstream == "" {
+		if caller, ok := prefetchCaller(r, route, authz); ok {
+			if preKey = prefetchKey(r, caller); preKey != "" {
+				if a, ok := h.pre.get(preKey, time.Now()); ok {
+					pre = startPrefetch(r.Context(), h.cfg.Handoff, a)
+					defer pre.drop()
+				}
+			}
+		}
+	}
 	r.Header.Del("Authorization") // never forwarded: an API key stays here
 	if authz != "" && (route.Access == Session || route.Access == Admin || route.Access == ServiceOrKey) {
 		id, ok := h.apiKey(w, r, route, authz)
@@ -451,18 +466,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		lb = &limitedBody{rc: r.Body, left: limit}
 		r.Body = lb
 	}
-	t := &target{group: group, token: tok, rid: rid, service: route.Service, hash: hash, body: lb}
+	t := &target{group: group, token: tok, rid: rid, service: route.Service, hash: hash, body: lb, preKey: preKey, pre: pre}
 	ctx := context.WithValue(r.Context(), keyTarget, t)
-	if h.cfg.Handoff != nil && route.Service == "files" && route.Upstream == "" {
-		// Authorized here already (session or key): a download handed off
-		// to this caller before starts its object fetch now (prefetch.go).
-		if t.preKey = prefetchKey(r, claims.Subject); t.preKey != "" {
-			if a, ok := h.pre.get(t.preKey, time.Now()); ok {
-				t.pre = startPrefetch(ctx, h.cfg.Handoff, a)
-				defer t.pre.drop()
-			}
-		}
-	}
 	if h.cfg.Streams != nil && strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
