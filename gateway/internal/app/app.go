@@ -156,10 +156,15 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 
 	transport := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 256, // per replica address: the balancer dials addresses, not names
+		Proxy:        nil,
+		DialContext:  (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns: 1024,
+		// Per replica address (the balancer dials addresses, not names).
+		// Each connection holds 128 KiB of buffers: a burst of hundreds of
+		// requests (sign-ins queueing for their hash) would otherwise leave
+		// tens of MiB of idle connections for IdleConnTimeout; connections
+		// past this many are closed after their request.
+		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // pass Accept-Encoding and encoded bodies through untouched
 		WriteBufferSize:     64 << 10,
