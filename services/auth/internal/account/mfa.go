@@ -431,10 +431,8 @@ func (s *Service) DisableTOTP(ctx context.Context, c Caller, pw, code string) er
 		return err
 	}
 	fail := func(e error) error {
-		if s.cfg.Account.Max > 0 {
-			if err := s.throttleFail(ctx, acct, s.cfg.Account); err != nil {
-				return err
-			}
+		if err := s.throttleFail(ctx, throttleKey{acct, s.cfg.Account}); err != nil {
+			return err
 		}
 		return e
 	}

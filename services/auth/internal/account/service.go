@@ -114,12 +114,31 @@ func (s *Service) revoke(ctx context.Context, r Revocation) {
 	}
 }
 
-// throttleFail counts one failure of key under rule, and throttleReset
-// forgets key; both announce the change (Revocation.Throttle), whatever
-// the store answered, so no replica keeps serving the old state.
-func (s *Service) throttleFail(ctx context.Context, key string, rule ThrottleRule) error {
-	err := s.throttle.Fail(ctx, key, rule, s.now())
-	s.revoke(ctx, Revocation{Throttle: []string{key}})
+// throttleKey is a throttle key and the rule its failures count under.
+type throttleKey struct {
+	key  string
+	rule ThrottleRule
+}
+
+// throttleFail counts one failure of each key under its rule (a rule with
+// Max <= 0 is off), and throttleReset forgets key; both announce what they
+// wrote (Revocation.Throttle, one message), whatever the store answered, so
+// no replica keeps serving the old state.
+func (s *Service) throttleFail(ctx context.Context, keys ...throttleKey) error {
+	var written []string
+	var err error
+	for _, k := range keys {
+		if k.rule.Max <= 0 {
+			continue
+		}
+		written = append(written, k.key)
+		if err = s.throttle.Fail(ctx, k.key, k.rule, s.now()); err != nil {
+			break
+		}
+	}
+	if len(written) > 0 {
+		s.revoke(ctx, Revocation{Throttle: written})
+	}
 	return err
 }
 
@@ -338,22 +357,16 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 
 // countSignInFailure counts a failed sign-in (a wrong password, a wrong
 // second-factor code) against each throttle key: the account's rule for the
-// account key acct, the address rule for the others; a rule with Max <= 0 is
-// off.
+// account key acct, the address rule for the others.
 func (s *Service) countSignInFailure(ctx context.Context, keys []string, acct string) error {
-	for _, k := range keys {
-		rule := s.cfg.Account
-		if k != acct {
-			rule = s.cfg.Address
-		}
-		if rule.Max <= 0 {
-			continue
-		}
-		if err := s.throttleFail(ctx, k, rule); err != nil {
-			return err
+	fails := make([]throttleKey, len(keys))
+	for i, k := range keys {
+		fails[i] = throttleKey{k, s.cfg.Address}
+		if k == acct {
+			fails[i].rule = s.cfg.Account
 		}
 	}
-	return nil
+	return s.throttleFail(ctx, fails...)
 }
 
 // checkThrottle returns ThrottledError if any key is locked, else the keys
@@ -499,10 +512,8 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 			return User{}, nil, err
 		}
 		if !ok {
-			if s.cfg.Account.Max > 0 {
-				if err := s.throttleFail(ctx, acct, s.cfg.Account); err != nil {
-					return User{}, nil, err
-				}
+			if err := s.throttleFail(ctx, throttleKey{acct, s.cfg.Account}); err != nil {
+				return User{}, nil, err
 			}
 			return User{}, nil, ErrWrongPassword
 		}

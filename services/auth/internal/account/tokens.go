@@ -135,13 +135,9 @@ func (s *Service) ForgotPassword(ctx context.Context, email string, c Client) er
 		return err
 	}
 	lower := NormalizeEmail(e)
-	type keyRule struct {
-		key  string
-		rule ThrottleRule
-	}
-	keys := []keyRule{{resetAccountKey(lower), s.mail.cfg.ResetAccount}}
+	keys := []throttleKey{{resetAccountKey(lower), s.mail.cfg.ResetAccount}}
 	if c.IP != "" {
-		keys = append(keys, keyRule{resetAddressKey(c.IP), s.mail.cfg.ResetAddress})
+		keys = append(keys, throttleKey{resetAddressKey(c.IP), s.mail.cfg.ResetAddress})
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
@@ -154,12 +150,8 @@ func (s *Service) ForgotPassword(ctx context.Context, email string, c Client) er
 		}
 		return err
 	}
-	for _, k := range keys {
-		if k.rule.Max > 0 {
-			if err := s.throttleFail(ctx, k.key, k.rule); err != nil {
-				return err
-			}
-		}
+	if err := s.throttleFail(ctx, keys...); err != nil {
+		return err
 	}
 	return s.background(ctx, func(ctx context.Context) {
 		u, err := s.users.ByEmail(ctx, lower)
