@@ -113,9 +113,6 @@ func (c *Cache) Clear() {
 	c.mu.Unlock()
 }
 
-// ThrottleStats are the throttle cache's counts since the start.
-func (c *Cache) ThrottleStats() Stats { return c.throttle.Stats() }
-
 // ThrottleCollectors are the throttle cache's metrics (fencedcache's
 // Collectors).
 func (c *Cache) ThrottleCollectors(namespace, subsystem string) []prometheus.Collector {

@@ -144,7 +144,7 @@ func TestThrottleAndAddresses(t *testing.T) {
 	if n := loads.Load(); n != 3 {
 		t.Fatalf("%d loads after revoking one key, want 3", n)
 	}
-	if st := c.ThrottleStats(); st.Misses != 3 || st.Hits != 6 {
+	if st := c.throttle.Stats(); st.Misses != 3 || st.Hits != 6 {
 		t.Fatalf("throttle stats %+v", st)
 	}
 
