@@ -2,14 +2,13 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/acme/platform/gateway/internal/sessions"
 	"github.com/acme/platform/pkg/handoff"
 )
 
@@ -84,25 +83,26 @@ func (p *prefetches) forget(key string) {
 }
 
 // prefetchCaller names the credential a request to route carries, as the
-// gateway is about to check it: a hash of its API key or session cookie,
-// "" on public routes; ok is false when a session route has no cookie.
+// gateway is about to check it: its hash (sessions.Hash; an API key and a
+// session cookie never have the same text), "" on public routes; ok is
+// false when a session route has no cookie.
 func prefetchCaller(r *http.Request, route Route, authz string) (caller string, ok bool) {
-	var cred string
 	switch {
 	case authz != "" && (route.Access == Session || route.Access == Admin || route.Access == ServiceOrKey):
-		cred = "key " + authz
+		return sessions.Hash(authz), true
 	case route.Access == Session || route.Access == Admin:
 		c, err := r.Cookie("sessionId")
 		if err != nil || c.Value == "" {
 			return "", false
 		}
-		cred = "session " + c.Value
-	default:
-		return "", true
+		return sessions.Hash(c.Value), true
 	}
-	sum := sha256.Sum256([]byte(cred))
-	return hex.EncodeToString(sum[:]), true
+	return "", true
 }
+
+// unprefetched are the request headers that make a GET ineligible: the
+// answer may then be a part, or no body at all.
+var unprefetched = []string{"Range", "If-Range", "If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since"}
 
 // prefetchKey is the key of an eligible request (a whole-object GET to the
 // files service) from caller, or "" for any other.
@@ -110,7 +110,7 @@ func prefetchKey(r *http.Request, caller string) string {
 	if r.Method != http.MethodGet {
 		return ""
 	}
-	for _, h := range []string{"Range", "If-Range", "If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since"} {
+	for _, h := range unprefetched {
 		if r.Header.Get(h) != "" {
 			return ""
 		}
