@@ -229,7 +229,7 @@ func benchFiles(e *env) error {
 		for k, v := range auth {
 			hdr[k] = v
 		}
-		return postBytes(ic, e.p.GatewayURL+"/upload/image", form, hdr, 201)
+		return hit(ic, "POST", e.p.GatewayURL+"/upload/image", form, hdr, 201)
 	})
 	e.report("files", fmt.Sprintf("12 MP JPEG (%s) re-encoded via /upload/image", mib(int64(len(form)))), imgs.String(), "")
 	e.report("files", "images re-encoded per second (12 MP JPEG)", fmt.Sprintf("%.2f images/s (%d errors)", imgs.rps(), imgs.errs), "report")
@@ -360,27 +360,6 @@ func jpegForm(w, h int) ([]byte, string, error) {
 	return buf.Bytes(), mw.FormDataContentType(), nil
 }
 
-// postBytes posts body and fails unless the status is want.
-func postBytes(c *http.Client, url string, body []byte, hdr map[string]string, want int) error {
-	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		return fmt.Errorf("POST %s: %d %.200s", url, resp.StatusCode, raw)
-	}
-	return nil
-}
-
 // directToFiles returns a download of path straight from the files service,
 // skipping the gateway: the signed-in user's id (GET /me through the
 // gateway) in an identity token signed as the gateway signs it, renewed well
@@ -420,14 +399,7 @@ func directToFiles(e *env, c *http.Client, auth map[string]string, path string, 
 // download GETs url with the headers hdr and reads the answer, which must
 // be a 200 of size bytes.
 func download(ctx context.Context, c *http.Client, url string, hdr map[string]string, size int64) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
-	if err != nil {
-		return err
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.Do(req)
+	resp, err := send(ctx, c, "GET", url, nil, hdr)
 	if err != nil {
 		return err
 	}

@@ -74,16 +74,16 @@ func httpClient(conns int) *http.Client {
 	return &http.Client{Transport: &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true}, Timeout: 5 * time.Minute}
 }
 
-// call does one request and fails unless the status is want.
-func call(c *http.Client, method, url string, body any, hdr map[string]string, want int) (map[string]any, http.Header, error) {
+// send does one request: body, when not nil, as JSON unless hdr sets
+// another Content-Type, then the headers hdr.
+func send(ctx context.Context, c *http.Client, method, url string, body []byte, hdr map[string]string) (*http.Response, error) {
 	var r io.Reader
 	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
+		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequest(method, url, r)
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -91,7 +91,16 @@ func call(c *http.Client, method, url string, body any, hdr map[string]string, w
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := c.Do(req)
+	return c.Do(req)
+}
+
+// call does one request and fails unless the status is want.
+func call(c *http.Client, method, url string, body any, hdr map[string]string, want int) (map[string]any, http.Header, error) {
+	var b []byte
+	if body != nil {
+		b, _ = json.Marshal(body)
+	}
+	resp, err := send(context.Background(), c, method, url, b, hdr)
 	if err != nil {
 		return nil, nil, err
 	}

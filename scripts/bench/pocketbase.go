@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -101,21 +100,7 @@ func (pb *pocketBase) Stop() {
 // hit does one request, discards the answer and fails unless the status is
 // want (lighter on the load generator than call: no JSON decoding).
 func hit(c *http.Client, method, url string, body []byte, hdr map[string]string, want int) error {
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, r)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.Do(req)
+	resp, err := send(context.Background(), c, method, url, body, hdr)
 	if err != nil {
 		return err
 	}
