@@ -25,6 +25,7 @@ type Fetcher struct {
 	ok, failed prometheus.Counter // acme_gateway_handoffs_total by result
 	// acme_gateway_handoff_prefetches_total by result (Prefetched)
 	prefetchUsed, prefetchDropped prometheus.Counter
+	cache                         *objectCache // objects.go; nil: off
 
 	mu       sync.Mutex
 	clusters map[string]*cluster // by Answer.Nodes, joined
@@ -35,9 +36,10 @@ type cluster struct {
 	dialer    *failover.Dialer
 }
 
-// NewFetcher returns a Fetcher whose counter is registered on reg (nil: not
-// registered); Close stops the node probes it started.
-func NewFetcher(reg prometheus.Registerer) *Fetcher {
+// NewFetcher returns a Fetcher with an object cache sized by cache (zero:
+// none) whose metrics are registered on reg (nil: not registered); Close
+// stops the node probes it started.
+func NewFetcher(reg prometheus.Registerer, cache CacheConfig) *Fetcher {
 	fetches := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "gateway",
 		Name: "handoffs_total", Help: "Objects the files service handed off to the gateway (package handoff), by result: ok (fetched from the object store, sent by the gateway), failed (the fetch failed before the first byte; the files service was asked for the bytes instead)."},
 		[]string{"result"})
@@ -62,6 +64,7 @@ func NewFetcher(reg prometheus.Registerer) *Fetcher {
 			ReadBufferSize:     64 << 10,
 		},
 		clusters: map[string]*cluster{},
+		cache:    newObjectCache(cache, reg),
 	}
 }
 
@@ -71,6 +74,7 @@ func (f *Fetcher) Prefetched(used bool) {
 	if used {
 		f.prefetchUsed.Inc()
 		f.ok.Inc()
+		f.cache.count(false)
 	} else {
 		f.prefetchDropped.Inc()
 	}
@@ -120,10 +124,11 @@ var ErrObject = errors.New("handoff: object not fetched")
 // asks again for the bytes not yet read, of the same version (ETag), up to
 // resume.Tries times.
 func (f *Fetcher) Open(ctx context.Context, a Answer) (io.ReadCloser, error) {
-	body, err := f.open(ctx, a)
+	body, hit, err := f.open(ctx, a, true)
 	switch {
 	case err == nil:
 		f.ok.Inc()
+		f.cache.count(hit)
 	case ctx.Err() == nil:
 		f.failed.Inc()
 	}
@@ -132,23 +137,31 @@ func (f *Fetcher) Open(ctx context.Context, a Answer) (io.ReadCloser, error) {
 
 // Prefetch is Open for a fetch started before the files service answered
 // (the gateway's prefetch), counted by Prefetched rather than as a
-// handoff.
+// handoff. It always asks the object store: an object in the cache
+// (Cached) needs no prefetch.
 func (f *Fetcher) Prefetch(ctx context.Context, a Answer) (io.ReadCloser, error) {
-	return f.open(ctx, a)
+	body, _, err := f.open(ctx, a, false)
+	return body, err
 }
 
-func (f *Fetcher) open(ctx context.Context, a Answer) (io.ReadCloser, error) {
+func (f *Fetcher) open(ctx context.Context, a Answer, cached bool) (body io.ReadCloser, hit bool, err error) {
 	u, err := url.Parse(a.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	t, err := f.transport(a, u.Scheme)
-	if err != nil {
-		return nil, err
+		return nil, false, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	end := a.End
 	if end < 0 {
 		end = a.Start + a.Length - 1
+	}
+	key, now := u.EscapedPath(), time.Now()
+	if f.cache != nil && cached {
+		if body, ok := f.cache.get(key, a, now); ok {
+			return body, true, nil
+		}
+	}
+	t, err := f.transport(a, u.Scheme)
+	if err != nil {
+		return nil, false, err
 	}
 	var etag string
 	get := func(ctx context.Context, off, last int64, match string, ranged bool) (io.ReadCloser, error) {
@@ -179,12 +192,25 @@ func (f *Fetcher) open(ctx context.Context, a Answer) (io.ReadCloser, error) {
 	}
 	// The whole object is asked for without a range (an empty object has
 	// none); a part of it, and every resumption, with one.
-	body, err := get(ctx, a.Start, end, "", a.End >= 0)
+	body, err = get(ctx, a.Start, end, "", a.End >= 0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	reopen := func(ctx context.Context, off, last int64, match string) (io.ReadCloser, error) {
 		return get(ctx, off, last, match, true)
 	}
-	return resume.New(ctx, reopen, body, etag, a.Start, end), nil
+	r := resume.New(ctx, reopen, body, etag, a.Start, end)
+	if f.cache == nil || a.End >= 0 || !f.cache.admit(key, a.Length, now) {
+		return r, false, nil
+	}
+	return &filling{ReadCloser: r, c: f.cache, key: key, file: a.File, buf: make([]byte, 0, a.Length), n: a.Length}, false, nil
+}
+
+// Cached reports whether the bytes a hands off are in the object cache.
+func (f *Fetcher) Cached(a Answer) bool {
+	if f.cache == nil {
+		return false
+	}
+	u, err := url.Parse(a.URL)
+	return err == nil && f.cache.has(u.EscapedPath(), a, time.Now())
 }

@@ -38,9 +38,10 @@ const (
 	Range  = "X-Acme-Handoff-Range"
 	Length = "X-Acme-Handoff-Length"
 	Nodes  = "X-Acme-Handoff-Nodes"
+	File   = "X-Acme-Handoff-File"
 )
 
-var all = []string{Offer, URL, Range, Length, Nodes}
+var all = []string{Offer, URL, Range, Length, Nodes, File}
 
 // Strip removes every handoff header from h.
 func Strip(h http.Header) {
@@ -58,6 +59,9 @@ type Answer struct {
 	// Nodes are equivalent servers (host:port) for URL's host: the nodes
 	// of one distributed MinIO. Empty: URL's host alone.
 	Nodes []string
+	// File is the id of the record whose object this is: the gateway's
+	// object cache drops the object when that record is deleted (Deleted).
+	File string
 }
 
 // Set writes a into a response's headers.
@@ -69,6 +73,9 @@ func (a Answer) Set(set func(k, v string)) {
 	}
 	if len(a.Nodes) > 0 {
 		set(Nodes, strings.Join(a.Nodes, ","))
+	}
+	if a.File != "" {
+		set(File, a.File)
 	}
 }
 
@@ -106,5 +113,6 @@ func Parse(h http.Header) (a Answer, ok bool, err error) {
 			}
 		}
 	}
+	a.File = h.Get(File)
 	return a, true, nil
 }

@@ -86,7 +86,7 @@ func fetch(t *testing.T, f *Fetcher, a Answer) ([]byte, error) {
 func TestFetchWholeAndRanges(t *testing.T) {
 	data := bytes.Repeat([]byte("0123456789"), 50_000)
 	url, _, _, _, _ := object(t, data)
-	f := NewFetcher(nil)
+	f := NewFetcher(nil, CacheConfig{})
 	defer f.Close()
 	for _, c := range []struct {
 		name       string
@@ -115,7 +115,7 @@ func TestFetchMissingObject(t *testing.T) {
 	if err := mc.RemoveObject(context.Background(), bucket, key, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f := NewFetcher(nil)
+	f := NewFetcher(nil, CacheConfig{})
 	defer f.Close()
 	if _, err := f.Open(context.Background(), Answer{URL: url, End: -1, Length: 9}); !errors.Is(err, ErrObject) {
 		t.Fatalf("missing object: %v, want ErrObject", err)
@@ -161,7 +161,7 @@ func TestFetchResumesOnAnotherNode(t *testing.T) {
 	data := bytes.Repeat([]byte("abcdefghij"), 300_000)
 	url, endpoint, _, _, _ := object(t, data)
 	bad, cuts := cutter(t, endpoint, 200_000)
-	f := NewFetcher(nil)
+	f := NewFetcher(nil, CacheConfig{})
 	defer f.Close()
 	a := Answer{URL: url, End: -1, Length: int64(len(data)), Nodes: []string{bad, endpoint}}
 	for i := range 4 { // new connections go to the nodes in turn: some start on the bad one

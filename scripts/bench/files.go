@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/acme/platform/pkg/config"
@@ -238,36 +239,53 @@ func benchFiles(e *env) error {
 
 // benchSmallDownloads: 1 MiB files downloaded one at a time, and by 4
 // clients at once, through the gateway (session, record lookup,
-// authorization, the object fetched by the gateway: docs/files.md, "Handoff")
+// authorization, the bytes sent by the gateway: docs/files.md, "Handoff")
 // against raw GetObject of the same size on the same MinIO, in downloads per
-// second; and, as a diagnostic, straight from the files service.
+// second. One file asked for again and again is sent from the gateway's
+// object cache (docs/files.md, "Object cache"); coldFiles files in turn,
+// more than the cache holds, are each fetched from MinIO (a second
+// figure); and, as a diagnostic, straight from the files service.
 func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[string]string) error {
 	const size = 1 << 20
 	const workers = 4
+	const coldFiles = 48 // MiB: more than GATEWAY_OBJECT_CACHE_BYTES's 32 by default
 	ctx := e.ctx
-	body, ct := streamForm("small.bin", genReader(size))
-	req, err := http.NewRequestWithContext(ctx, "POST", e.p.GatewayURL+"/upload/file", body)
+	c := httpClient(2 * workers)
+	upload := func() (string, error) {
+		body, ct := streamForm("small.bin", genReader(size))
+		req, err := http.NewRequestWithContext(ctx, "POST", e.p.GatewayURL+"/upload/file", body)
+		if err != nil {
+			return "", err
+		}
+		req.Header.Set("Content-Type", ct)
+		for k, v := range auth {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return "", fmt.Errorf("upload 1 MiB: %w", err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var up struct {
+			File struct {
+				ID string `json:"id"`
+			} `json:"file"`
+		}
+		if resp.StatusCode != 201 || json.Unmarshal(raw, &up) != nil || up.File.ID == "" {
+			return "", fmt.Errorf("upload 1 MiB: %d %s", resp.StatusCode, raw)
+		}
+		return up.File.ID, nil
+	}
+	hot, err := upload()
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", ct)
-	for k, v := range auth {
-		req.Header.Set(k, v)
-	}
-	c := httpClient(2 * workers)
-	resp, err := c.Do(req)
-	if err != nil {
-		return fmt.Errorf("upload 1 MiB: %w", err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var up struct {
-		File struct {
-			ID string `json:"id"`
-		} `json:"file"`
-	}
-	if resp.StatusCode != 201 || json.Unmarshal(raw, &up) != nil || up.File.ID == "" {
-		return fmt.Errorf("upload 1 MiB: %d %s", resp.StatusCode, raw)
+	cold := make([]string, coldFiles)
+	for i := range cold {
+		if cold[i], err = upload(); err != nil {
+			return err
+		}
 	}
 	if _, err := mc.PutObject(ctx, rawBucket, "raw-small", genReader(size), size, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
 		return fmt.Errorf("raw PutObject 1 MiB: %w", err)
@@ -286,26 +304,38 @@ func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[st
 		}
 		return nil
 	}
-	gw := func(int) error { return get(e.p.GatewayURL + "/download/file/" + up.File.ID) }
+	gw := func(int) error { return get(e.p.GatewayURL + "/download/file/" + hot) }
+	var next atomic.Int64
+	gwCold := func(int) error {
+		return get(e.p.GatewayURL + "/download/file/" + cold[int(next.Add(1))%len(cold)])
+	}
+	for range 2 * len(cold) { // every cold file fetched twice: they are admitted to the cache, and push each other out
+		if err := gwCold(0); err != nil {
+			return err
+		}
+	}
 	// The files service alone, with an identity token as the gateway signs
 	// it: what the gateway's hop costs (a diagnostic, no target).
-	filesDirect, err := directToFiles(e, c, auth, "/download/file/"+up.File.ID, size)
+	filesDirect, err := directToFiles(e, c, auth, "/download/file/"+hot, size)
 	if err != nil {
 		return err
 	}
 
 	// One download at a time, as a user's download is: three alternating
 	// rounds of each, the median round compared (the target).
-	var via1, raw1, files1 side
+	var via1, cold1, raw1, files1 side
 	for range 3 {
 		via1.rounds = append(via1.rounds, load(ctx, 1, e.seconds/3+time.Second, gw))
 		raw1.rounds = append(raw1.rounds, load(ctx, 1, e.seconds/3+time.Second, rawGet))
+		cold1.rounds = append(cold1.rounds, load(ctx, 1, e.seconds/3+time.Second, gwCold))
 		files1.rounds = append(files1.rounds, load(ctx, 1, e.seconds/3+time.Second, filesDirect))
 	}
-	e.report("files", "1 MiB downloads through the gateway, one at a time", via1.String(), "")
+	e.report("files", "1 MiB downloads through the gateway, one at a time (the same file: object cache)", via1.String(), "")
+	e.report("files", fmt.Sprintf("1 MiB downloads through the gateway, one at a time (%d files in turn: each from MinIO)", coldFiles), cold1.String(), "")
 	e.report("files", "1 MiB raw minio-go GetObject, one at a time", raw1.String(), "")
 	e.report("files", "1 MiB downloads directly from files (no gateway), one at a time", files1.String(), "")
 	e.report("files", "1 MiB downloads/s, directly from files ÷ raw GetObject", ratio(files1.median().rps(), raw1.median().rps()), "report")
+	e.report("files", "1 MiB downloads/s, gateway fetching each from MinIO ÷ raw GetObject", ratio(cold1.median().rps(), raw1.median().rps()), "report")
 	e.report("files", "download throughput gateway ÷ raw GetObject, 1 MiB", ratio(via1.median().rps(), raw1.median().rps()), ">= 0.8")
 
 	// Four at once saturate this machine's cores: what each costs, per

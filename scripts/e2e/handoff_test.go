@@ -9,12 +9,26 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acme/platform/pkg/metrics"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
+
+// uploadRandom uploads size random bytes (from seed) as a file through c and
+// returns them with the new record.
+func uploadRandom(t *testing.T, c *client, size int, seed byte) ([]byte, map[string]any) {
+	t.Helper()
+	data := make([]byte, size)
+	_, _ = rand.NewChaCha8([32]byte{seed}).Read(data)
+	r := c.upload("/upload/file", part{field: "file", filename: "r.bin", data: bytes.NewReader(data)})
+	if r.status != 201 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	return data, r.json(t)["file"].(map[string]any)
+}
 
 // handoffs reads acme_gateway_handoffs_total{result} from the gateway's
 // metrics (0 before the first).
@@ -45,13 +59,7 @@ func TestHandoff(t *testing.T) {
 	anon := newClient(t, p.GatewayURL)
 	metrics := p.MetricsURLs["gateway"]
 
-	data := make([]byte, 3<<20+123)
-	_, _ = rand.NewChaCha8([32]byte{7}).Read(data)
-	r := admin.upload("/upload/file", part{field: "file", filename: "big.bin", data: bytes.NewReader(data)})
-	if r.status != 201 {
-		t.Fatalf("upload: %d %s", r.status, r.body)
-	}
-	rec := r.json(t)["file"].(map[string]any)
+	data, rec := uploadRandom(t, admin, 3<<20+123, 7)
 	id, key := rec["id"].(string), rec["path"].(string)
 
 	ok0, failed0 := handoffs(t, metrics, "ok"), handoffs(t, metrics, "failed")
@@ -147,9 +155,11 @@ func prefetches(t *testing.T, metricsURL, result string) float64 {
 // (gateway/internal/proxy/prefetch.go), and its bytes are sent only when
 // the files service hands off the same object again. A range, another
 // caller, an exhausted share link and a deleted file get exactly what the
-// files service answers: the prefetched bytes are dropped unsent.
+// files service answers: the prefetched bytes are dropped unsent. The
+// object cache is off: an object in it is sent from memory, never
+// prefetched (TestObjectCache).
 func TestHandoffPrefetch(t *testing.T) {
-	p, sec, _ := platform(t, nil)
+	p, sec, _ := platform(t, map[string]string{"GATEWAY_OBJECT_CACHE_BYTES": "0"})
 	gw := p.GatewayURL
 	admin := signIn(t, gw, sec.AdminEmail, sec.AdminPassword)
 	anon := newClient(t, gw)
@@ -164,13 +174,8 @@ func TestHandoffPrefetch(t *testing.T) {
 		}
 	}
 
-	data := make([]byte, 300<<10+7)
-	_, _ = rand.NewChaCha8([32]byte{9}).Read(data)
-	r := admin.upload("/upload/file", part{field: "file", filename: "p.bin", data: bytes.NewReader(data)})
-	if r.status != 201 {
-		t.Fatalf("upload: %d %s", r.status, r.body)
-	}
-	id := r.json(t)["file"].(map[string]any)["id"].(string)
+	data, rec := uploadRandom(t, admin, 300<<10+7, 9)
+	id := rec["id"].(string)
 	whole := func(c *client, path, what string) {
 		t.Helper()
 		d := c.raw("GET", path, nil, nil, "")
@@ -238,4 +243,81 @@ func TestHandoffPrefetch(t *testing.T) {
 		checkErrSentID(t, "download of a deleted file", admin.raw("GET", "/download/file/"+id, nil, nil, ""), 404, id)
 	}
 	wantCounts("deleted file", 5, 3)
+}
+
+func objectCache(t *testing.T, metricsURL, series string) float64 {
+	t.Helper()
+	v, _ := metric(t, metricsURL, metrics.Namespace+`_gateway_`+series)
+	return v
+}
+
+// TestObjectCache: a small file downloaded again is sent from the
+// gateway's object cache (pkg/handoff/objects.go), yet only to whom the
+// files service hands it off: another user, an exhausted share link and a
+// deleted file get the files service's refusal, and the deletion empties
+// the cache of the file's bytes.
+func TestObjectCache(t *testing.T) {
+	p, sec, _ := platform(t, nil)
+	gw, m := p.GatewayURL, p.MetricsURLs["gateway"]
+	admin := signIn(t, gw, sec.AdminEmail, sec.AdminPassword)
+	anon := newClient(t, gw)
+	data, rec := uploadRandom(t, admin, 200<<10+3, 4)
+	id := rec["id"].(string)
+	get := func(c *client, path, what string, hdr map[string]string) rawResp {
+		t.Helper()
+		d := c.raw("GET", path, hdr, nil, "")
+		noHandoffHeaders(t, what, d.header)
+		return d
+	}
+	for i := range 4 {
+		d := get(admin, "/download/file/"+id, "download "+strconv.Itoa(i+1), nil)
+		if d.status != 200 || !bytes.Equal(d.body, data) || !strings.HasPrefix(d.header.Get("Content-Disposition"), "attachment") ||
+			d.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Fatalf("download %d: %d, %d bytes, %v", i+1, d.status, len(d.body), d.header)
+		}
+	}
+	// The first two fetch from MinIO (the second caches), the others hit.
+	if s, h := objectCache(t, m, `object_cache_total{result="stored"}`), objectCache(t, m, `object_cache_total{result="hit"}`); s != 1 || h != 2 {
+		t.Fatalf("after four downloads: %v stored, %v hits; want 1 and 2", s, h)
+	}
+	if b := objectCache(t, m, "object_cache_bytes"); b != float64(len(data)) {
+		t.Fatalf("cache holds %v bytes, want %d", b, len(data))
+	}
+	if d := get(admin, "/download/file/"+id, "range", map[string]string{"Range": "bytes=10-19"}); d.status != 206 || !bytes.Equal(d.body, data[10:20]) {
+		t.Fatalf("range: %d %q", d.status, d.body)
+	}
+	hits := objectCache(t, m, `object_cache_total{result="hit"}`)
+	if hits != 3 {
+		t.Fatalf("the range was not sent from the cache (%v hits)", hits)
+	}
+
+	// Another user, and an exhausted share link: refused by the files
+	// service, nothing sent from the cache.
+	admin.mustStatus(201, "POST", "/users", map[string]any{"email": "oc@example.com", "password": "correct horse battery", "fullName": "O", "edv": "E"})
+	other := signIn(t, gw, "oc@example.com", "correct horse battery")
+	if d := get(other, "/download/file/"+id, "another user", nil); d.status != 404 || bytes.Contains(d.body, data[:64]) {
+		t.Fatalf("another user's download: %d, %d bytes", d.status, len(d.body))
+	}
+	path := sharePath(t, gw, admin.mustStatus(201, "POST", "/files/"+id+"/links", map[string]any{"maxDownloads": 1}))
+	if d := get(anon, path, "shared download", nil); d.status != 200 || !bytes.Equal(d.body, data) {
+		t.Fatalf("shared download: %d, %d bytes", d.status, len(d.body))
+	}
+	if d := get(anon, path, "exhausted link", nil); d.status != 410 || bytes.Contains(d.body, data[:64]) {
+		t.Fatalf("exhausted link: %d, %d bytes", d.status, len(d.body))
+	}
+	if h := objectCache(t, m, `object_cache_total{result="hit"}`); h != hits+1 {
+		t.Fatalf("%v hits after the refusals and one shared download, want %v", h, hits+1)
+	}
+
+	// Deleted: 404 from the files service, and the gateway drops the bytes
+	// when the deletion is announced.
+	admin.mustStatus(204, "DELETE", "/files/"+id, nil)
+	checkErrSentID(t, "download of a deleted file", admin.raw("GET", "/download/file/"+id, nil, nil, ""), 404, id)
+	deadline := time.Now().Add(5 * time.Second)
+	for objectCache(t, m, "object_cache_bytes") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted file's bytes are still in the gateway's object cache")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

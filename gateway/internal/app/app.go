@@ -62,6 +62,7 @@ type Config struct {
 	EjectMax        time.Duration // longest wait before a down address is probed again
 	RetryWait       time.Duration // requests wait this long for a replica of a service that has none usable; 0: never
 	Handoff         bool          // fetch and send the objects the files service hands off (package handoff)
+	ObjectCache     handoff.CacheConfig
 }
 
 func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
@@ -94,6 +95,11 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		EjectMax:        r.Duration("EJECT_BACKOFF_MAX", 5*time.Second),
 		RetryWait:       r.Duration("RETRY_WAIT", 5*time.Second),
 		Handoff:         r.Bool("HANDOFF", true),
+		ObjectCache: handoff.CacheConfig{
+			Bytes:     r.Int64("OBJECT_CACHE_BYTES", 32<<20),
+			MaxObject: r.Int64("OBJECT_CACHE_MAX_OBJECT", 2<<20),
+			TTL:       r.Duration("OBJECT_CACHE_TTL", 5*time.Minute),
+		},
 		BodyLimits: map[string]int64{
 			"auth":   r.Int64("MAX_AUTH_BODY", 64<<10),
 			"logs":   r.Int64("MAX_LOGS_BODY", 6*64<<10+64<<10),
@@ -116,6 +122,9 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		if d <= 0 {
 			return c, r, fmt.Errorf("GATEWAY_%s must be positive", k)
 		}
+	}
+	if c.ObjectCache.Bytes < 0 || c.ObjectCache.MaxObject < 0 || c.ObjectCache.TTL < 0 {
+		return c, r, errors.New("GATEWAY_OBJECT_CACHE_BYTES, _MAX_OBJECT and _TTL must not be negative (0 turns the cache off)")
 	}
 	if c.RetryWait < 0 {
 		return c, r, errors.New("GATEWAY_RETRY_WAIT must not be negative (0 turns waiting off)")
@@ -234,8 +243,20 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	defer stopStreams()
 	var fetcher *handoff.Fetcher
 	if cfg.Handoff {
-		fetcher = handoff.NewFetcher(reg)
+		fetcher = handoff.NewFetcher(reg, cfg.ObjectCache)
 		defer fetcher.Close()
+		// Deleted files leave the object cache as the files service
+		// announces them (they are never sent from it in any case: the
+		// files service no longer hands them off).
+		sub, err := nc.Subscribe(handoff.DeletedSubject(cfg.SubjectPrefix), func(m *nats.Msg) {
+			if err := fetcher.ForgetMessage(m.Data); err != nil {
+				log.Warn("bad file deletion message; object cache emptied", "err", err)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("nats subscribe: %w", err)
+		}
+		defer sub.Unsubscribe()
 	}
 	handler := proxy.New(proxy.Config{
 		Handoff:   fetcher,

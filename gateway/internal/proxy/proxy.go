@@ -388,7 +388,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 	if h.cfg.Handoff != nil && route.Service == "files" && route.Upstream == "" {
 		if caller, ok := prefetchCaller(r, route, authz); ok {
 			if preKey = prefetchKey(r, caller); preKey != "" {
-				if a, ok := h.pre.get(preKey, time.Now()); ok {
+				if a, ok := h.pre.get(preKey, time.Now()); ok && !h.cfg.Handoff.Cached(a) {
 					pre = startPrefetch(r.Context(), h.cfg.Handoff, a)
 					defer pre.drop()
 				}

@@ -21,18 +21,19 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/fencedcache"
+	"github.com/acme/platform/pkg/handoff"
 	"github.com/acme/platform/pkg/natsfence"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/nats-io/nats.go"
 )
 
-// Subject returns the deletion subject for a NATS subject prefix.
-func Subject(prefix string) string { return prefix + ".files.deleted" }
+// Subject returns the deletion subject for a NATS subject prefix: the
+// contract is package handoff's, whose object cache in the gateways also
+// drops what the messages name.
+func Subject(prefix string) string { return handoff.DeletedSubject(prefix) }
 
 // Deleted is the message published on Subject.
-type Deleted struct {
-	Files []string `json:"files"`
-}
+type Deleted = handoff.Deleted
 
 // Cache is the record cache: a fencedcache of records by id.
 type Cache = fencedcache.Cache[files.File]

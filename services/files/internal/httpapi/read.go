@@ -215,7 +215,7 @@ func (h *handler) handoff(c *fiber.Ctx, f *files.File, start, end, n int64, asSt
 		h.o.Log.WarnContext(c.UserContext(), "handoff: presign failed, streaming", "id", f.ID, "err", err)
 		return false
 	}
-	a := handoff.Answer{URL: url, Start: start, End: end, Length: n, Nodes: nodes}
+	a := handoff.Answer{URL: url, Start: start, End: end, Length: n, Nodes: nodes, File: f.ID}
 	a.Set(func(k, v string) { c.Set(k, v) })
 	h.o.Meter.Downloaded(int(n))
 	c.Response().Header.SetContentLength(0)

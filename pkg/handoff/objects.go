@@ -1,0 +1,260 @@
+package handoff
+
+import (
+	"bytes"
+	"container/list"
+	"encoding/json"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/acme/platform/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The object cache: the Fetcher keeps the bytes of small objects it has
+// fetched whole, so that a file downloaded again is sent from memory
+// instead of being fetched from the object store again. It changes where
+// the bytes come from, never who gets them: a cached object is only sent
+// in answer to a handoff, that is after the files service has authorized
+// that very request and named that object and range, exactly as without
+// the cache.
+//
+// It is correct because the files service never writes an object twice
+// under one key (the key holds the record's id and creation time): the
+// bytes fetched once for a key are the key's bytes for as long as it
+// exists. A deleted file is never sent from the cache (the files service
+// no longer hands it off); its bytes also leave the cache as soon as the
+// deletion message arrives (Forget, fed from DeletedSubject by the
+// gateway), and at the latest TTL after they were cached.
+//
+// What is cached: whole objects of at most MaxObject bytes, all of them
+// together at most Bytes, the least recently sent dropped first. An object
+// is cached on its second whole fetch within TTL (its first only marks it
+// seen), so that objects fetched once never push out the ones asked for
+// again. Ranges of a cached object are sent from it too.
+
+// CacheConfig sizes a Fetcher's object cache; Bytes 0 turns it off.
+type CacheConfig struct {
+	Bytes     int64         // all cached objects together
+	MaxObject int64         // larger objects are never cached
+	TTL       time.Duration // an object is fetched again this long after it was cached
+}
+
+// DeletedSubject is the subject on which the files service announces the
+// records it deleted (Deleted), for a NATS subject prefix: its replicas'
+// record caches and the gateways' object caches drop them.
+func DeletedSubject(prefix string) string { return prefix + ".files.deleted" }
+
+// Deleted is the message published on DeletedSubject.
+type Deleted struct {
+	Files []string `json:"files"`
+}
+
+const seenMax = 4096 // objects remembered as fetched once (doorkeeper)
+
+type objectCache struct {
+	cfg                  CacheConfig
+	hits, misses, stored prometheus.Counter
+	held                 prometheus.Gauge
+
+	mu     sync.Mutex
+	size   int64
+	lru    list.List                // of *cachedObject, most recently sent first
+	byKey  map[string]*list.Element // by object (Answer.URL's path)
+	byFile map[string]string        // record id → object key
+	seen   map[string]time.Time     // objects fetched whole once, by when they expire
+}
+
+type cachedObject struct {
+	key, file string
+	data      []byte
+	expires   time.Time
+}
+
+func newObjectCache(cfg CacheConfig, reg prometheus.Registerer) *objectCache {
+	if cfg.Bytes <= 0 || cfg.MaxObject <= 0 || cfg.TTL <= 0 {
+		return nil
+	}
+	cfg.MaxObject = min(cfg.MaxObject, cfg.Bytes)
+	results := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "gateway",
+		Name: "object_cache_total", Help: "Handed-off objects sent by the gateway, by where their bytes came from: hit (its object cache), miss (the object store); and stored (objects put into the cache)."},
+		[]string{"result"})
+	held := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace, Subsystem: "gateway",
+		Name: "object_cache_bytes", Help: "Bytes of objects held in the gateway's object cache."})
+	if reg != nil {
+		reg.MustRegister(results, held)
+	}
+	return &objectCache{cfg: cfg, hits: results.WithLabelValues("hit"), misses: results.WithLabelValues("miss"),
+		stored: results.WithLabelValues("stored"), held: held,
+		byKey: map[string]*list.Element{}, byFile: map[string]string{}, seen: map[string]time.Time{}}
+}
+
+// get returns the bytes a hands off from the cached object key: all of it
+// (a whole-object answer of its exact length) or a range within it.
+func (c *objectCache) get(key string, a Answer, now time.Time) (io.ReadCloser, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, start, end, ok := c.find(key, a, now)
+	if !ok {
+		return nil, false
+	}
+	c.lru.MoveToFront(c.byKey[key])
+	return io.NopCloser(bytes.NewReader(o.data[start : end+1])), true
+}
+
+// has reports whether get would return a's bytes.
+func (c *objectCache) has(key string, a Answer, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, _, _, ok := c.find(key, a, now)
+	return ok
+}
+
+func (c *objectCache) find(key string, a Answer, now time.Time) (o *cachedObject, start, end int64, ok bool) {
+	e, ok := c.byKey[key]
+	if !ok {
+		return nil, 0, 0, false
+	}
+	o = e.Value.(*cachedObject)
+	if !now.Before(o.expires) {
+		c.remove(e)
+		return nil, 0, 0, false
+	}
+	size := int64(len(o.data))
+	start, end = a.Start, a.End
+	if end < 0 && (start != 0 || a.Length != size) || end >= size || start < 0 || end >= 0 && end-start+1 != a.Length {
+		return nil, 0, 0, false // not this object's bytes: fetched, and refused there
+	}
+	if end < 0 {
+		end = size - 1
+	}
+	return o, start, end, true
+}
+
+// count counts a handoff sent from the cache (hit) or the store (miss).
+func (c *objectCache) count(hit bool) {
+	switch {
+	case c == nil:
+	case hit:
+		c.hits.Inc()
+	default:
+		c.misses.Inc()
+	}
+}
+
+// admit reports whether a whole object of n bytes just being fetched is to
+// be cached: it fits, and it was fetched whole before within TTL.
+func (c *objectCache) admit(key string, n int64, now time.Time) bool {
+	if n <= 0 || n > c.cfg.MaxObject {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if until, ok := c.seen[key]; ok && now.Before(until) {
+		delete(c.seen, key)
+		return true
+	}
+	if len(c.seen) >= seenMax {
+		clear(c.seen)
+	}
+	c.seen[key] = now.Add(c.cfg.TTL)
+	return false
+}
+
+func (c *objectCache) put(key, file string, data []byte, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[key]; ok {
+		c.remove(e)
+	}
+	for c.size+int64(len(data)) > c.cfg.Bytes && c.lru.Len() > 0 {
+		c.remove(c.lru.Back())
+	}
+	o := &cachedObject{key: key, file: file, data: data, expires: now.Add(c.cfg.TTL)}
+	c.byKey[key] = c.lru.PushFront(o)
+	if file != "" {
+		c.byFile[file] = key
+	}
+	c.size += int64(len(data))
+	c.held.Set(float64(c.size))
+	c.stored.Inc()
+}
+
+// forget drops the objects of the records named; none: everything.
+func (c *objectCache) forget(files ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if files == nil {
+		for c.lru.Len() > 0 {
+			c.remove(c.lru.Back())
+		}
+		clear(c.seen)
+		return
+	}
+	for _, f := range files {
+		if e, ok := c.byKey[c.byFile[f]]; ok {
+			c.remove(e)
+		}
+	}
+}
+
+func (c *objectCache) remove(e *list.Element) {
+	o := c.lru.Remove(e).(*cachedObject)
+	delete(c.byKey, o.key)
+	if o.file != "" && c.byFile[o.file] == o.key {
+		delete(c.byFile, o.file)
+	}
+	c.size -= int64(len(o.data))
+	c.held.Set(float64(c.size))
+}
+
+// Forget drops the cached objects of the files (record ids) named: the
+// gateway calls it with every Deleted message. It does nothing when the
+// cache is off.
+func (f *Fetcher) Forget(files ...string) {
+	if f.cache != nil && len(files) > 0 {
+		f.cache.forget(files...)
+	}
+}
+
+// ForgetMessage applies a Deleted message: the files it names are
+// forgotten; a message that cannot be read empties the cache.
+func (f *Fetcher) ForgetMessage(data []byte) error {
+	if f.cache == nil {
+		return nil
+	}
+	var d Deleted
+	if err := json.Unmarshal(data, &d); err != nil {
+		f.cache.forget()
+		return err
+	}
+	f.Forget(d.Files...)
+	return nil
+}
+
+// filling passes an object's bytes through to its reader and caches them
+// once all n of them were read.
+type filling struct {
+	io.ReadCloser
+	c         *objectCache
+	key, file string
+	buf       []byte
+	n         int64
+}
+
+func (r *filling) Read(p []byte) (int, error) {
+	k, err := r.ReadCloser.Read(p)
+	if r.buf != nil {
+		if int64(len(r.buf)+k) > r.n {
+			r.buf = nil // more than announced: never cached
+		} else {
+			r.buf = append(r.buf, p[:k]...)
+		}
+	}
+	if err == io.EOF && r.buf != nil && int64(len(r.buf)) == r.n {
+		r.c.put(r.key, r.file, r.buf, time.Now())
+		r.buf = nil
+	}
+	return k, err
+}
