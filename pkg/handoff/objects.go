@@ -58,12 +58,13 @@ type objectCache struct {
 	hits, misses, stored prometheus.Counter
 	held                 prometheus.Gauge
 
-	mu     sync.Mutex
-	size   int64
-	lru    list.List                // of *cachedObject, most recently sent first
-	byKey  map[string]*list.Element // by object (Answer.URL's path)
-	byFile map[string]string        // record id → object key
-	seen   map[string]time.Time     // objects fetched whole once, by when they expire
+	mu       sync.Mutex
+	size     int64                    // bytes cached
+	inflight int64                    // bytes being read into the cache (filling), at most cfg.Bytes
+	lru      list.List                // of *cachedObject, most recently sent first
+	byKey    map[string]*list.Element // by object (Answer.URL's path)
+	byFile   map[string]string        // record id → object key
+	seen     map[string]time.Time     // objects fetched whole once, by when they expire
 }
 
 type cachedObject struct {
@@ -144,7 +145,10 @@ func (c *objectCache) count(hit bool) {
 }
 
 // admit reports whether a whole object of n bytes just being fetched is to
-// be cached: it fits, and it was fetched whole before within TTL.
+// be cached: it fits, it was fetched whole before within TTL, and the
+// objects being read into the cache at the same time leave room for it (so
+// that many first fetches at once never hold more than the cache's size in
+// buffers). An admitted object's n bytes count as in flight until done.
 func (c *objectCache) admit(key string, n int64, now time.Time) bool {
 	if n <= 0 || n > c.cfg.MaxObject {
 		return false
@@ -152,7 +156,11 @@ func (c *objectCache) admit(key string, n int64, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if until, ok := c.seen[key]; ok && now.Before(until) {
+		if c.inflight+n > c.cfg.Bytes {
+			return false // seen stays: a later fetch may be admitted
+		}
 		delete(c.seen, key)
+		c.inflight += n
 		return true
 	}
 	if len(c.seen) >= seenMax {
@@ -162,9 +170,19 @@ func (c *objectCache) admit(key string, n int64, now time.Time) bool {
 	return false
 }
 
-func (c *objectCache) put(key, file string, data []byte, now time.Time) {
+// done ends an admitted object's fill: its bytes are no longer in flight,
+// and data (nil: the fill was given up) is cached.
+func (c *objectCache) done(n int64, key, file string, data []byte, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.inflight -= n
+	if data != nil {
+		c.put(key, file, data, now)
+	}
+}
+
+// put caches data; c.mu is held.
+func (c *objectCache) put(key, file string, data []byte, now time.Time) {
 	if e, ok := c.byKey[key]; ok {
 		c.remove(e)
 	}
@@ -233,28 +251,42 @@ func (f *Fetcher) ForgetMessage(data []byte) error {
 	return nil
 }
 
-// filling passes an object's bytes through to its reader and caches them
-// once all n of them were read.
+// filling passes an admitted object's bytes through to its reader and
+// caches them once all n of them were read; a fill given up (closed early,
+// more bytes than announced) caches nothing.
 type filling struct {
 	io.ReadCloser
 	c         *objectCache
 	key, file string
 	buf       []byte
 	n         int64
+	ended     bool
 }
 
 func (r *filling) Read(p []byte) (int, error) {
 	k, err := r.ReadCloser.Read(p)
-	if r.buf != nil {
+	if !r.ended {
 		if int64(len(r.buf)+k) > r.n {
-			r.buf = nil // more than announced: never cached
+			r.end(nil) // more than announced: never cached
 		} else {
 			r.buf = append(r.buf, p[:k]...)
+			if err == io.EOF && int64(len(r.buf)) == r.n {
+				r.end(r.buf)
+			}
 		}
 	}
-	if err == io.EOF && r.buf != nil && int64(len(r.buf)) == r.n {
-		r.c.put(r.key, r.file, r.buf, time.Now())
+	return k, err
+}
+
+func (r *filling) Close() error {
+	r.end(nil)
+	return r.ReadCloser.Close()
+}
+
+func (r *filling) end(data []byte) {
+	if !r.ended {
+		r.ended = true
+		r.c.done(r.n, r.key, r.file, data, time.Now())
 		r.buf = nil
 	}
-	return k, err
 }

@@ -83,8 +83,8 @@ func TestObjectCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	body.Close()
-	if n := testutil.ToFloat64(f.cache.stored); n != 1 {
-		t.Fatalf("a read given up was stored (%v stored)", n)
+	if n := testutil.ToFloat64(f.cache.stored); n != 1 || f.cache.inflight != 0 {
+		t.Fatalf("a read given up was stored (%v stored), or still counts in flight (%d bytes)", n, f.cache.inflight)
 	}
 	mc2.RemoveObject(context.Background(), bucket2, key2, minio.RemoveObjectOptions{})
 	if _, err := f.Open(context.Background(), half); !errors.Is(err, ErrObject) {
@@ -106,8 +106,8 @@ func TestObjectCache(t *testing.T) {
 
 // TestObjectCacheBounds: the least recently sent objects go first when the
 // bytes are full, objects expire TTL after they were cached, objects are
-// admitted on their second fetch only, and a bad deletion message empties
-// the cache.
+// admitted on their second fetch only and while the fills in flight leave
+// room, and a bad deletion message empties the cache.
 func TestObjectCacheBounds(t *testing.T) {
 	c := newObjectCache(CacheConfig{Bytes: 1000, MaxObject: 400, TTL: time.Minute}, nil)
 	now := time.Now()
@@ -119,13 +119,21 @@ func TestObjectCacheBounds(t *testing.T) {
 	if c.admit("/b/a", 400, now) || !c.admit("/b/a", 400, now) || c.admit("/b/x", 401, now) || c.admit("/b/x", 401, now) {
 		t.Fatal("admission: wanted the second fetch of an object that fits, only")
 	}
-	c.put("/b/a", "a", obj('a'), now)
-	c.put("/b/b", "b", obj('b'), now)
+	// Fills in flight hold at most the cache's bytes: a and b (800) leave
+	// no room for c until one of them is done.
+	if c.admit("/b/b", 400, now) || !c.admit("/b/b", 400, now) || c.admit("/b/c", 400, now) || c.admit("/b/c", 400, now) {
+		t.Fatal("admission: wanted b, and not c while a and b are in flight")
+	}
+	c.done(400, "/b/a", "a", obj('a'), now)
+	c.done(400, "/b/b", "b", obj('b'), now)
+	if !c.admit("/b/c", 400, now) || c.inflight != 400 {
+		t.Fatalf("c not admitted once a and b were done (%d bytes in flight)", c.inflight)
+	}
 	if !has("/b/a", now) { // a is now the most recently sent
 		t.Fatal("a not cached")
 	}
-	c.put("/b/c", "c", obj('c'), now) // 1,200 > 1,000 bytes: b goes
-	if has("/b/b", now) || !has("/b/a", now) || !has("/b/c", now) || c.size != 800 {
+	c.done(400, "/b/c", "c", obj('c'), now) // 1,200 > 1,000 bytes: b goes
+	if has("/b/b", now) || !has("/b/a", now) || !has("/b/c", now) || c.size != 800 || c.inflight != 0 {
 		t.Fatalf("eviction: b %v, a %v, c %v, %d bytes", has("/b/b", now), has("/b/a", now), has("/b/c", now), c.size)
 	}
 	if has("/b/a", now.Add(time.Minute)) || c.size != 400 {
