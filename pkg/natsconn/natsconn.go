@@ -14,6 +14,20 @@
 // use are listed in the URL (the nodes of a cluster by name), so the
 // expansion of one name into several addresses that the lookup provides is
 // not needed.
+//
+// A connection whose peer is gone without a word (the container moved to
+// another address on its network, packets dropped rather than refused) is
+// noticed late by default, and holds the lock meanwhile: the background
+// flusher's write into the dead socket blocks, holding the connection's
+// lock, for up to FlusherTimeout (1 minute by default), fails, and by
+// default leaves the connection as it is, so the next write blocks again;
+// the client's pings (every 2 minutes, stale after 2 unanswered) are the
+// only way out. A replica cut off from the bus for 10 seconds stayed
+// unready for minutes that way. Here a write that has not completed in
+// FlusherTimeout reconnects at once (ReconnectOnFlusherError; what was
+// buffered is lost, as with any write error: publishers that need
+// delivery wait for JetStream's acknowledgement), and pings every
+// PingInterval find a silent peer within MaxPingsOut of them.
 package natsconn
 
 import (
@@ -27,6 +41,16 @@ import (
 // and the protocol handshake.
 const DialTimeout = 2 * time.Second
 
+// PingInterval and MaxPingsOut: a connection is stale, and reconnected,
+// after MaxPingsOut pings PingInterval apart went unanswered.
+// FlusherTimeout bounds a write to the server (and how long it holds the
+// connection's lock); one that times out reconnects.
+const (
+	PingInterval   = 5 * time.Second
+	MaxPingsOut    = 3
+	FlusherTimeout = 10 * time.Second
+)
+
 // Connect connects to url as name. log (nil: none) gets disconnections and
 // reconnections. extra options are applied after the shared ones and may
 // override them (nats.RetryOnFailedConnect(true) for a service that starts
@@ -38,6 +62,10 @@ func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Co
 		nats.ReconnectWait(time.Second),
 		nats.Timeout(DialTimeout),
 		nats.SkipHostLookup(),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
+		nats.FlusherTimeout(FlusherTimeout),
+		nats.ReconnectOnFlusherError(),
 	}
 	if log != nil {
 		opts = append(opts,

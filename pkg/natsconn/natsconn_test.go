@@ -24,8 +24,10 @@ func TestConnect(t *testing.T) {
 		t.Fatal("not connected")
 	}
 	o := nc.Opts
-	if !o.SkipHostLookup || o.Timeout != DialTimeout || o.MaxReconnect != -1 || o.Name != "test" {
-		t.Fatalf("options: skip lookup %v, timeout %v, max reconnects %d, name %q", o.SkipHostLookup, o.Timeout, o.MaxReconnect, o.Name)
+	if !o.SkipHostLookup || o.Timeout != DialTimeout || o.MaxReconnect != -1 || o.Name != "test" ||
+		o.PingInterval != PingInterval || o.MaxPingsOut != MaxPingsOut || o.FlusherTimeout != FlusherTimeout || !o.ReconnectOnFlusherError {
+		t.Fatalf("options: skip lookup %v, timeout %v, max reconnects %d, name %q, pings every %v, stale after %d, flusher timeout %v, reconnect on its error %v",
+			o.SkipHostLookup, o.Timeout, o.MaxReconnect, o.Name, o.PingInterval, o.MaxPingsOut, o.FlusherTimeout, o.ReconnectOnFlusherError)
 	}
 	if o.ReconnectWait != 250*time.Millisecond {
 		t.Fatalf("an extra option did not override the shared one: reconnect wait %v", o.ReconnectWait)
