@@ -34,7 +34,6 @@ type Cache[V any] struct {
 	ttl   time.Duration
 	max   int
 	fence func(context.Context) error
-	keep  func(V) V
 	// Now is the clock (time.Now); tests replace it.
 	Now func() time.Time
 
@@ -62,10 +61,6 @@ func New[V any](ttl time.Duration, max int, fence func(context.Context) error) *
 
 // SetFence sets the fence (see New). Call it before serving.
 func (c *Cache[V]) SetFence(fence func(context.Context) error) { c.fence = fence }
-
-// SetKeep sets what is stored of a loaded value (the value itself by
-// default): auth drops the password hash from the users it keeps.
-func (c *Cache[V]) SetKeep(keep func(V) V) { c.keep = keep }
 
 // Enabled reports whether the cache serves anything.
 func (c *Cache[V]) Enabled() bool { return c != nil && c.ttl > 0 }
@@ -96,16 +91,12 @@ func (c *Cache[V]) Get(ctx context.Context, id string, load func(context.Context
 	if err != nil {
 		return v, err
 	}
-	stored := v
-	if c.keep != nil {
-		stored = c.keep(v)
-	}
 	c.mu.Lock()
 	if c.seq == seq { // no invalidation while we read: v is not older than one
 		if _, had := c.m[id]; !had && len(c.m) >= c.max {
 			c.makeRoomLocked()
 		}
-		c.m[id] = entry[V]{v: stored, expires: c.Now().Add(c.ttl)}
+		c.m[id] = entry[V]{v: v, expires: c.Now().Add(c.ttl)}
 	}
 	c.mu.Unlock()
 	return v, nil

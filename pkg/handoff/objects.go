@@ -5,6 +5,7 @@ import (
 	"container/list"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -199,22 +200,25 @@ func (c *objectCache) put(key, file string, data []byte, now time.Time) {
 	c.stored.Inc()
 }
 
-// forget drops the objects of the records named; none: everything.
+// forget drops the objects of the records named.
 func (c *objectCache) forget(files ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if files == nil {
-		for c.lru.Len() > 0 {
-			c.remove(c.lru.Back())
-		}
-		clear(c.seen)
-		return
-	}
 	for _, f := range files {
 		if e, ok := c.byKey[c.byFile[f]]; ok {
 			c.remove(e)
 		}
 	}
+}
+
+// clear drops every object, and what was seen once.
+func (c *objectCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.lru.Len() > 0 {
+		c.remove(c.lru.Back())
+	}
+	clear(c.seen)
 }
 
 func (c *objectCache) remove(e *list.Element) {
@@ -227,28 +231,34 @@ func (c *objectCache) remove(e *list.Element) {
 	c.held.Set(float64(c.size))
 }
 
-// Forget drops the cached objects of the files (record ids) named: the
-// gateway calls it with every Deleted message. It does nothing when the
-// cache is off.
+// Forget drops the cached objects of the files (record ids) named, and
+// ForgetAll every cached object: the gateway applies every Deleted message
+// with them (ApplyDeleted). Both do nothing when the cache is off.
 func (f *Fetcher) Forget(files ...string) {
-	if f.cache != nil && len(files) > 0 {
+	if f.cache != nil {
 		f.cache.forget(files...)
 	}
 }
 
-// ForgetMessage applies a Deleted message: the files it names are
-// forgotten; a message that cannot be read empties the cache.
-func (f *Fetcher) ForgetMessage(data []byte) error {
-	if f.cache == nil {
-		return nil
+func (f *Fetcher) ForgetAll() {
+	if f.cache != nil {
+		f.cache.clear()
 	}
-	var d Deleted
-	if err := json.Unmarshal(data, &d); err != nil {
-		f.cache.forget()
-		return err
+}
+
+// ApplyDeleted returns the function that applies a Deleted message: forget
+// gets the record ids it names; a message that cannot be read is logged
+// and clear drops everything (a deletion may have been missed).
+func ApplyDeleted(forget func(ids ...string), clear func(), log *slog.Logger) func([]byte) {
+	return func(data []byte) {
+		var d Deleted
+		if err := json.Unmarshal(data, &d); err != nil {
+			log.Warn("bad file deletion message", "err", err)
+			clear()
+			return
+		}
+		forget(d.Files...)
 	}
-	f.Forget(d.Files...)
-	return nil
 }
 
 // filling passes an admitted object's bytes through to its reader and

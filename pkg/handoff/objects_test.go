@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -59,9 +60,8 @@ func TestObjectCache(t *testing.T) {
 	if _, err := fetch(t, f, whole); err != nil {
 		t.Fatalf("after forgetting another record: %v", err)
 	}
-	if err := f.ForgetMessage([]byte(`{"files":["rec1"]}`)); err != nil {
-		t.Fatal(err)
-	}
+	apply := ApplyDeleted(f.Forget, f.ForgetAll, slog.New(slog.DiscardHandler))
+	apply([]byte(`{"files":["rec1"]}`))
 	if _, err := f.Open(context.Background(), whole); !errors.Is(err, ErrObject) {
 		t.Fatalf("after its record's deletion: %v, want ErrObject", err)
 	}
@@ -140,8 +140,9 @@ func TestObjectCacheBounds(t *testing.T) {
 		t.Fatalf("a served or held after its TTL (%d bytes held)", c.size)
 	}
 	f := &Fetcher{cache: c}
-	if err := f.ForgetMessage([]byte("{")); err == nil || has("/b/c", now) || c.size != 0 || len(c.byFile) != 0 {
-		t.Fatalf("bad message: %v; cache not emptied (%d bytes)", err, c.size)
+	ApplyDeleted(f.Forget, f.ForgetAll, slog.New(slog.DiscardHandler))([]byte("{"))
+	if has("/b/c", now) || c.size != 0 || len(c.byFile) != 0 {
+		t.Fatalf("bad message: cache not emptied (%d bytes)", c.size)
 	}
 	if newObjectCache(CacheConfig{}, nil) != nil {
 		t.Fatal("a zero config made a cache")

@@ -248,11 +248,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		// Deleted files leave the object cache as the files service
 		// announces them (they are never sent from it in any case: the
 		// files service no longer hands them off).
-		sub, err := nc.Subscribe(handoff.DeletedSubject(cfg.SubjectPrefix), func(m *nats.Msg) {
-			if err := fetcher.ForgetMessage(m.Data); err != nil {
-				log.Warn("bad file deletion message; object cache emptied", "err", err)
-			}
-		})
+		forget := handoff.ApplyDeleted(fetcher.Forget, fetcher.ForgetAll, log)
+		sub, err := nc.Subscribe(handoff.DeletedSubject(cfg.SubjectPrefix), func(m *nats.Msg) { forget(m.Data) })
 		if err != nil {
 			return fmt.Errorf("nats subscribe: %w", err)
 		}

@@ -173,6 +173,8 @@ type UserCache interface {
 	InvalidateThrottle(keys ...string)
 }
 
+// Publisher announces revocations. It must not fail the request: gateways
+// also expire their caches quickly.
 type Publisher interface {
 	Revoked(ctx context.Context, r Revocation)
 }

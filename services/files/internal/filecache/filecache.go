@@ -47,15 +47,7 @@ func NewCache(ttl time.Duration, max int) *Cache {
 // Apply is the natsfence apply function for Subject: it drops the records a
 // message names, and everything when a message cannot be read.
 func Apply(c *Cache, log *slog.Logger) func([]byte) {
-	return func(data []byte) {
-		var d Deleted
-		if err := json.Unmarshal(data, &d); err != nil {
-			log.Warn("bad file deletion message", "err", err)
-			c.Clear()
-			return
-		}
-		c.Invalidate(d.Files...)
-	}
+	return handoff.ApplyDeleted(c.Invalidate, c.Clear, log)
 }
 
 // Store is a files.Store whose Get reads through the cache and whose
