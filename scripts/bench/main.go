@@ -50,6 +50,13 @@ func (e *env) report(section, name, value, target string) {
 }
 
 func main() {
+	if os.Getenv(hashBoundEnv) != "" {
+		if err := hashBoundMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Stdout); err != nil {
@@ -106,7 +113,14 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	servers := stack.Servers{MongoURL: mongoURL, MongoDB: "bench", NATSURL: ns.ClientURL(), SubjectPrefix: "bench",
 		S3Endpoint: mi.Endpoint, S3Access: mi.AccessKey, S3Secret: mi.SecretKey, S3Bucket: "bench-files"}
-	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Out: io.Discard,
+	// The services write their lines straight to a file: through a pipe,
+	// every line would wake this process, on the cores being measured.
+	plog, err := os.OpenFile(filepath.Join(tmp, "platform.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer plog.Close()
+	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Out: plog,
 		Env: benchEnv()},
 		servers, sec)
 	if err != nil {

@@ -149,6 +149,25 @@ func (s *side) rates() string {
 	return strings.Join(l, ", ")
 }
 
+// pairedRatio is the median of a's rounds' requests/s each divided by those
+// of b's round of the same index (run just before it), with the ratios
+// listed.
+func pairedRatio(a, b side) string {
+	var rs []float64
+	for i := range min(len(a.rounds), len(b.rounds)) {
+		rs = append(rs, a.rounds[i].rps()/b.rounds[i].rps())
+	}
+	if len(rs) == 0 {
+		return "no rounds"
+	}
+	l := make([]string, len(rs))
+	for i, r := range rs {
+		l[i] = fmt.Sprintf("%.2f", r)
+	}
+	sort.Float64s(rs)
+	return fmt.Sprintf("%.2f; rounds %s", rs[len(rs)/2], strings.Join(l, ", "))
+}
+
 // perRequest is the CPU µs per request of each process and their sum.
 func (s *side) perRequest(order []string) (string, float64) {
 	return s.cpu.perRequest(s.requests(), order)
@@ -161,14 +180,22 @@ func (s *side) selfPerRequest() float64 {
 // run does one round of fn from workers goroutines for d, reading sample
 // before and after.
 func (s *side) run(ctx context.Context, workers int, d time.Duration, sample func() cpuSample, fn func(int) error) error {
+	return s.measure(ctx, sample, func() (stats, error) { return load(ctx, workers, d, fn), nil })
+}
+
+// measure does one round, reading sample before and after.
+func (s *side) measure(ctx context.Context, sample func() cpuSample, round func() (stats, error)) error {
 	if s.cpu == nil {
 		s.cpu = cpuSample{}
 	}
 	self0, _ := readStat(os.Getpid())
 	before := sample()
-	st := load(ctx, workers, d, fn)
+	st, err := round()
 	after := sample()
 	self1, _ := readStat(os.Getpid())
+	if err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
