@@ -120,7 +120,7 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer plog.Close()
-	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Out: plog,
+	p, err := stack.Launch(stack.Options{Bins: bins, GatewayAddr: "127.0.0.1:0", Out: stack.Direct{File: plog},
 		Env: benchEnv()},
 		servers, sec)
 	if err != nil {

@@ -84,17 +84,21 @@ type Proc struct {
 	err    error
 }
 
+// Direct, as the output of Start or Launch, is handed to the processes
+// themselves: their lines go straight to the file, unprefixed (every
+// service's JSON lines name it), and never pass through this process, which
+// a benchmark needs (this process shares the cores being measured).
+type Direct struct{ *os.File }
+
 // Start runs bin with env (added to a minimal environment), prefixing each
-// output line with the name, and waits until GET http://addr/healthz is 200.
-// An *os.File as out is handed to the process itself, unprefixed (every
-// service's JSON lines name it): its lines then never pass through this
-// process, which a benchmark needs, since this process shares the cores.
+// output line with the name (unless out is Direct), and waits until GET
+// http://addr/healthz is 200.
 func Start(name, bin, addr string, env []string, out io.Writer) (*Proc, error) {
 	cmd := exec.Command(bin)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if f, ok := out.(*os.File); ok {
-		cmd.Stdout, cmd.Stderr = f, f
+	if d, ok := out.(Direct); ok {
+		cmd.Stdout, cmd.Stderr = d.File, d.File
 	} else {
 		pw := &prefixWriter{prefix: fmt.Sprintf("%-8s| ", name), w: out}
 		cmd.Stdout, cmd.Stderr = pw, pw
