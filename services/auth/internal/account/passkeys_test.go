@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,7 +123,13 @@ func (f *fakePasskeys) ListByUser(_ context.Context, userID string) ([]Passkey, 
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b Passkey) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	// As the store orders them: oldest first, then by id.
+	slices.SortFunc(out, func(a, b Passkey) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 	return out, nil
 }
 func (f *fakePasskeys) Used(_ context.Context, id string, prev uint32, cred webauthn.Credential, at time.Time) error {
@@ -256,6 +263,7 @@ func TestPasskeyRegisterAndSignIn(t *testing.T) {
 	if p.Name != "Passkey 1" || p.UserID != r.user.ID || !p.LastUsedAt.IsZero() || !p.Credential.Flags.UserVerified {
 		t.Fatalf("registered passkey: %+v", p)
 	}
+	r.clock = r.clock.Add(time.Second) // oldest first: the second is listed second
 	r.register(t, authenticator.New(testOrigin), "  Laptop ")
 	list, _ := r.svc.Passkeys(context.Background(), r.user.ID)
 	if len(list) != 2 || list[1].Name != "Laptop" {
