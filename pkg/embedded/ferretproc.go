@@ -24,7 +24,7 @@ import (
 
 // FerretDBProgramVersion is the version of pkg/cmd/ferretdb. Bump it when
 // that program changes, so cached binaries are rebuilt.
-const FerretDBProgramVersion = "3"
+const FerretDBProgramVersion = "4"
 
 // ferretDBModule is the FerretDB module the program is built from.
 const ferretDBModule = "github.com/FerretDB/FerretDB"
@@ -215,6 +215,11 @@ type FerretDBOptions struct {
 	Dir  string    // SQLite data directory
 	Addr string    // host:port; empty picks a free loopback port
 	Log  io.Writer // server output; nil discards
+	// Synchronous is SQLite's synchronous setting: "normal" (the default:
+	// no fsync per commit, so a commit survives the server's death but
+	// not the machine's; the WAL is synced at each checkpoint) or "full"
+	// (an fsync per commit). See pkg/cmd/ferretdb.
+	Synchronous string
 }
 
 // FerretDBProc is a FerretDB server running as a child process. It can be
@@ -258,7 +263,11 @@ func StartFerretDB(ctx context.Context, o FerretDBOptions) (*FerretDBProc, error
 }
 
 func (p *FerretDBProc) start(ctx context.Context) error {
-	cmd := exec.Command(p.bin, "-listen", p.opts.Addr, "-dir", p.opts.Dir)
+	sync := p.opts.Synchronous
+	if sync == "" {
+		sync = "normal"
+	}
+	cmd := exec.Command(p.bin, "-listen", p.opts.Addr, "-dir", p.opts.Dir, "-synchronous", sync)
 	if p.opts.Log != nil {
 		cmd.Stdout, cmd.Stderr = p.opts.Log, p.opts.Log
 	}

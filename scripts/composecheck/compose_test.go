@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/healthcheck"
+	"github.com/acme/platform/scripts/stack"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/distribution/reference"
 	"github.com/nats-io/nats-server/v2/server"
@@ -193,6 +194,29 @@ func TestContainersRunAsNonRoot(t *testing.T) {
 			t.Errorf("%s: user %q; every container runs as a non-root user", name, s.User)
 		}
 	}
+}
+
+// TestAuthRuntimeSettings: the auth container gets the Go runtime settings
+// that make run, the tests and the benchmarks give auth (stack.AuthGODEBUG,
+// docs/auth.md "Memory"), and no other container needs them.
+func TestAuthRuntimeSettings(t *testing.T) {
+	p, _ := load(t, testEnv, true)
+	for name, s := range p.Services {
+		v := s.Environment["GODEBUG"]
+		switch {
+		case name == "auth" && (v == nil || *v != stack.AuthGODEBUG("")):
+			t.Errorf("auth: GODEBUG %v, want %q", strOrNil(v), stack.AuthGODEBUG(""))
+		case name != "auth" && v != nil:
+			t.Errorf("%s: GODEBUG %q set; only auth needs one", name, *v)
+		}
+	}
+}
+
+func strOrNil(v *string) string {
+	if v == nil {
+		return "unset"
+	}
+	return *v
 }
 
 var (

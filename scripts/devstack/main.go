@@ -1,7 +1,7 @@
 // Command devstack is `make run`: it starts the whole platform on one machine
-// without Docker. NATS (JetStream) and a MongoDB-wire server (FerretDB on
-// SQLite) run inside this process, MinIO runs as a child built once from its
-// pinned version, and the four services run as separate processes. Data lives
+// without Docker. NATS (JetStream) runs inside this process, a MongoDB-wire
+// server (FerretDB on SQLite, pkg/cmd/ferretdb) and MinIO run as children
+// built once from their pinned versions, and the four services run as separate processes. Data lives
 // under DATA_DIR (./data) and survives restarts; Ctrl-C stops everything.
 package main
 
@@ -61,7 +61,11 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 		return err
 	}
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	mongo, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{Dir: filepath.Join(dataDir, "mongo"), Log: os.Stderr})
+	// MONGO_SYNCHRONOUS=full makes SQLite fsync every commit (default
+	// normal: a commit survives FerretDB's death, not the machine's).
+	mongo, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{
+		Dir: filepath.Join(dataDir, "mongo"), Log: os.Stderr, Synchronous: getenv("MONGO_SYNCHRONOUS"),
+	})
 	if err != nil {
 		return err
 	}
@@ -99,7 +103,7 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 		"AUTH_SMTP_HOST":     mp.SMTPHost, "AUTH_SMTP_PORT": strconv.Itoa(mp.SMTPPort), "AUTH_SMTP_TLS": "none",
 		"AUTH_PUBLIC_URL": "http://" + gatewayAddr,
 	}
-	for _, k := range []string{"LOG_LEVEL", "GATEWAY_PPROF"} {
+	for _, k := range []string{"LOG_LEVEL", "GATEWAY_PPROF", "GODEBUG"} {
 		if v := getenv(k); v != "" {
 			env[k] = v
 		}

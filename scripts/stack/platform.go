@@ -168,7 +168,8 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 		a := addrs[name][i]
 		switch name {
 		case "auth":
-			return []string{"AUTH_ADDR=" + a, "ADMIN_EMAIL=" + sec.AdminEmail, "ADMIN_PASSWORD=" + sec.AdminPassword}
+			return []string{"AUTH_ADDR=" + a, "ADMIN_EMAIL=" + sec.AdminEmail, "ADMIN_PASSWORD=" + sec.AdminPassword,
+				"GODEBUG=" + AuthGODEBUG(o.Env["GODEBUG"])}
 		case "files":
 			return []string{"FILES_ADDR=" + a, "FILES_TUS_ADDR=" + addrs["tus"][i], "S3_ENDPOINT=" + s.S3Endpoint, "S3_ACCESS_KEY=" + s.S3Access,
 				"S3_SECRET_KEY=" + s.S3Secret, "S3_BUCKET=" + s.S3Bucket, "FILES_PUBLIC_BASE_URL=" + p.GatewayURL}
@@ -260,4 +261,19 @@ func (p *Platform) Stop(grace time.Duration) {
 	for i := len(order) - 1; i >= 0; i-- {
 		order[i].Stop(grace)
 	}
+}
+
+// AuthGODEBUG is auth's GODEBUG: madvdontneed=0, then the caller's settings
+// (which win: later entries override). Every argon2id hash allocates its
+// memory (19 MiB by default) afresh, and with the default MADV_DONTNEED the
+// runtime's scavenger keeps handing some of it back to the kernel, so the
+// next hashes fault it in again page by page: about a hundred page faults
+// per sign-in, each with a TLB shootdown on the other cores. MADV_FREE
+// leaves the pages mapped until the kernel needs them (docs/auth.md,
+// "Memory"). compose.yaml sets the same for the auth container.
+func AuthGODEBUG(extra string) string {
+	if extra == "" {
+		return "madvdontneed=0"
+	}
+	return "madvdontneed=0," + extra
 }

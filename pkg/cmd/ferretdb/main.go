@@ -40,11 +40,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:27017", "TCP address to listen on")
 	dir := fs.String("dir", "", "directory of the SQLite files (required)")
 	level := fs.String("log-level", "error", "debug, info, warn or error")
+	sync := fs.String("synchronous", "normal", "SQLite's synchronous setting in WAL mode: normal (no fsync per commit; a commit survives the process's death, not the machine's) or full (an fsync per commit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *dir == "" {
 		return fmt.Errorf("-dir is required")
+	}
+	if *sync != "normal" && *sync != "full" {
+		return fmt.Errorf("-synchronous: %q is neither normal nor full", *sync)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -60,7 +64,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: *listen},
 		Handler:   "sqlite",
-		SQLiteURL: "file:" + abs + "/",
+		SQLiteURL: "file:" + abs + "/?_pragma=synchronous(" + *sync + ")",
 		// Lazy: FerretDB adds whole documents as attributes to a logger
 		// on every SQL statement; formatting them eagerly cost about an
 		// eighth of its CPU time.
