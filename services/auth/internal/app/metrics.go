@@ -39,11 +39,27 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 // SignIn implements httpapi.Meter.
 func (m *authMetrics) SignIn(result string) { m.signIns.WithLabelValues(result).Inc() }
 
-// countSessions sets the sessions gauge now and then every interval until
-// ctx ends. Counting is a query, a collection scan on FerretDB, so it is
-// not done per request or per scrape.
+// countBudget bounds the share of time a replica spends counting sessions:
+// after a count that took d, the next waits at least countBudget × d.
+const countBudget = 100
+
+// countPause is the wait after a count that took took: every, or longer
+// when counting is slow, so that counting never takes more than
+// 1/countBudget of the time. On MongoDB the expiresAt index answers in
+// milliseconds and the pause is every; on FerretDB a count reads every
+// stored session (about 90 µs each on the 2-core machine of
+// docs/benchmarks.md: 2 s at 25,000 sessions, which every 30 s would be 7 %
+// of a core).
+func countPause(every, took time.Duration) time.Duration {
+	return max(every, took*countBudget)
+}
+
+// countSessions sets the sessions gauge now and then every interval (or
+// later, countPause) until ctx ends. Counting is a query, a collection scan
+// on FerretDB, so it is not done per request or per scrape.
 func countSessions(ctx context.Context, svc *account.Service, g prometheus.Gauge, every time.Duration, log *slog.Logger) {
 	for {
+		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		n, err := svc.LiveSessions(cctx)
 		cancel()
@@ -56,7 +72,7 @@ func countSessions(ctx context.Context, svc *account.Service, g prometheus.Gauge
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-time.After(countPause(every, time.Since(start))):
 		}
 	}
 }
