@@ -83,6 +83,14 @@ type Options struct {
 	BufferSize int
 	// BatchSize is how many records are in flight at once (default 256).
 	BatchSize int
+	// Linger is how long the publisher waits, after a record arrives with
+	// none in flight, for more to publish with it (default 0: at once).
+	// Records published together reach NATS, JetStream's consumers and the
+	// logs service in one write each way instead of one per record, which
+	// matters at a steady trickle (a service's audit trail) and not at
+	// all under bulk load, where batches fill anyway. A record waits at
+	// most Linger longer; Flush and Close cut the wait short.
+	Linger time.Duration
 	// AckTimeout bounds the wait for JetStream's acknowledgement of a
 	// publish before it is retried (default 5s).
 	AckTimeout time.Duration
@@ -126,6 +134,7 @@ type Client struct {
 	js   jetstream.JetStream
 	o    Options
 	buf  chan record
+	kick chan struct{} // Flush: publish what lingers now
 	quit chan struct{}
 	done chan struct{}
 
@@ -189,6 +198,7 @@ func New(nc *nats.Conn, o Options) (*Client, error) {
 		js:   js,
 		o:    o,
 		buf:  make(chan record, o.BufferSize),
+		kick: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
 	}
@@ -295,6 +305,10 @@ func (c *Client) Stats() Stats {
 // failed), or ctx ends.
 func (c *Client) Flush(ctx context.Context) error {
 	target := c.accepted.Load()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for c.published.Load()+c.failed.Load() < target {
@@ -346,6 +360,7 @@ func (c *Client) run() {
 				c.giveUp(nil)
 				return
 			}
+			c.linger(&batch)
 		}
 	fill:
 		for len(batch) < c.o.BatchSize {
@@ -371,6 +386,28 @@ func (c *Client) run() {
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, c.o.RetryMax)
+	}
+}
+
+// linger adds to batch what arrives within Linger, until it is full, a
+// Flush asks for it, or the client closes.
+func (c *Client) linger(batch *[]record) {
+	if c.o.Linger <= 0 {
+		return
+	}
+	t := time.NewTimer(c.o.Linger)
+	defer t.Stop()
+	for len(*batch) < c.o.BatchSize {
+		select {
+		case r := <-c.buf:
+			*batch = append(*batch, r)
+		case <-t.C:
+			return
+		case <-c.kick:
+			return
+		case <-c.quit:
+			return
+		}
 	}
 }
 

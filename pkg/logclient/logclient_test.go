@@ -320,3 +320,62 @@ func TestDropsReportedByMetricAndErrorLog(t *testing.T) {
 		t.Fatalf("error lines %v, want one for the first drop (the next within the interval are counted, not logged)", errs)
 	}
 }
+
+// With Linger, records arriving at a trickle are published together: none
+// while the first one lingers, all of them once Linger has passed, and at
+// once when Flush asks.
+func TestLinger(t *testing.T) {
+	s := testkit.Get(t, testkit.NATS)
+	prefix := s.SubjectPrefix(t)
+	st := createStream(t, s.JS, prefix)
+	const linger = 2 * time.Second
+	c, err := logclient.New(s.NATS, logclient.Options{Prefix: prefix, Linger: linger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	waitPublished := func(n uint64, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for c.Stats().Published < n {
+			if time.Since(start) > within {
+				t.Fatalf("published %d after %v, want %d", c.Stats().Published, within, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+
+	// A trickle: three records 100 ms apart, all within the first one's
+	// linger, then published together when it ends.
+	start := time.Now()
+	for i := range 3 {
+		c.Log("ACME-AUTH", "log", "trickle "+strconv.Itoa(i), "")
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := c.Stats().Published; got != 0 && time.Since(start) < linger {
+		t.Fatalf("%d records published while the first lingers", got)
+	}
+	waitPublished(3, linger+5*time.Second)
+	if took := time.Since(start); took < linger {
+		t.Fatalf("published after %v, before the linger of %v ended", took, linger)
+	}
+	if got := streamMsgs(t, st); got != 3 {
+		t.Fatalf("stream holds %d messages, want 3", got)
+	}
+
+	// Flush does not wait for the linger.
+	c.Log("ACME-AUTH", "log", "flushed", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start = time.Now()
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > linger/2 {
+		t.Fatalf("Flush took %v, the linger is %v", took, linger)
+	}
+	if got := streamMsgs(t, st); got != 4 {
+		t.Fatalf("stream holds %d messages, want 4", got)
+	}
+}

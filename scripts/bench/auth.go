@@ -31,7 +31,12 @@ func benchAuth(e *env) error {
 	creds := map[string]string{"email": e.sec.AdminEmail, "password": e.sec.AdminPassword}
 	credsJSON, _ := json.Marshal(creds)
 	c := httpClient(64)
-	signin := func(int) error { return hit(c, "POST", gw+"/signin", credsJSON, nil, 200) }
+	signinLoad, err := newRawHitter("POST", gw+"/signin", credsJSON, nil, 200, 2*cpus)
+	if err != nil {
+		return err
+	}
+	defer signinLoad.close()
+	signin := signinLoad.hit
 	// The bound is a process of its own that only hashes, from as many
 	// goroutines as auth hashes at once (AUTH_HASH_CONCURRENCY, NumCPU by
 	// default): auth as it would be if a sign-in cost nothing but its hash.

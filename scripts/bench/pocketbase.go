@@ -313,10 +313,32 @@ func benchPocketBase(e *env) error {
 		return nil
 	}
 
+	// Every load here comes from the same raw client (rawHitter), one
+	// keep-alive connection per worker.
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	raw := func(method, url string, body []byte, hdr map[string]string, n int) (func(int) error, error) {
+		h, err := newRawHitter(method, url, body, hdr, 200, n)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, h.close)
+		return h.hit, nil
+	}
+	pbFetchHit, err := raw("GET", pbFetchURL, nil, pbHdr, workers)
+	if err != nil {
+		return err
+	}
+	meHit, err := raw("GET", gw+"/me", nil, meHdr, workers)
+	if err != nil {
+		return err
+	}
 	var pbFetch, me side
-	if err := compare(workers, &pbFetch, &me,
-		func(int) error { return hit(c, "GET", pbFetchURL, nil, pbHdr, 200) },
-		func(int) error { return hit(c, "GET", gw+"/me", nil, meHdr, 200) }); err != nil {
+	if err := compare(workers, &pbFetch, &me, pbFetchHit, meHit); err != nil {
 		return err
 	}
 	pbm, mem := pbFetch.median(), me.median()
@@ -334,12 +356,16 @@ func benchPocketBase(e *env) error {
 	e.report("pocketbase", "CPU/request platform ÷ PocketBase (GET /me vs fetch)", fmt.Sprintf("%.2f %s", r, mark(r <= 0.5)), "<= 0.5")
 	e.report("pocketbase", "bench process CPU/request (load generator, NATS)", fmt.Sprintf("%.0f µs (PocketBase fetch) vs %.0f µs (GET /me), not counted", pbFetch.selfPerRequest(), me.selfPerRequest()), "")
 
+	pbSigninHit, err := raw("POST", pb.URL+"/api/collections/users/auth-with-password", pbCreds, nil, signinWorkers)
+	if err != nil {
+		return err
+	}
+	signinHit, err := raw("POST", gw+"/signin", creds, nil, signinWorkers)
+	if err != nil {
+		return err
+	}
 	var pbSignin, signin side
-	if err := compare(signinWorkers, &pbSignin, &signin,
-		func(int) error {
-			return hit(c, "POST", pb.URL+"/api/collections/users/auth-with-password", pbCreds, nil, 200)
-		},
-		func(int) error { return hit(c, "POST", gw+"/signin", creds, nil, 200) }); err != nil {
+	if err := compare(signinWorkers, &pbSignin, &signin, pbSigninHit, signinHit); err != nil {
 		return err
 	}
 	e.report("pocketbase", fmt.Sprintf("PocketBase auth-with-password (%d conns)", signinWorkers), pbSignin.String(), "")

@@ -67,6 +67,7 @@ type Config struct {
 	UserCacheTTL    time.Duration // 0 disables the user cache
 	UserCacheSize   int
 	AuditApp        string        // empty: no audit trail
+	AuditLinger     time.Duration // how long an audit record waits for others to be published with
 	SMTP            mailer.Config // SMTP.Host empty: mail is off
 	Mail            account.MailConfig
 	MFA             account.MFAConfig
@@ -126,6 +127,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	c.UserCacheTTL = r.Duration("USER_CACHE_TTL", 30*time.Second)
 	c.UserCacheSize = r.Int("USER_CACHE_SIZE", 10000)
 	c.AuditApp = r.String("AUDIT_APP", "ACME-AUTH")
+	c.AuditLinger = r.Duration("AUDIT_LINGER", 100*time.Millisecond)
 	c.SMTP = mailer.Config{
 		Host:         r.String("SMTP_HOST", ""),
 		Port:         r.Int("SMTP_PORT", 587),
@@ -200,6 +202,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.AuditApp != "" && c.AuditApp != "off" && !logclient.ValidToken(c.AuditApp) {
 		problems = append(problems, "AUTH_AUDIT_APP must be an application name (no dots, spaces or wildcards), or off")
+	}
+	if c.AuditLinger < 0 || c.AuditLinger > 10*time.Second {
+		problems = append(problems, "AUTH_AUDIT_LINGER must be between 0 and 10s")
 	}
 	if c.AuditApp == "off" {
 		c.AuditApp = ""
@@ -308,7 +313,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	var sink *audit.Sink
 	closeAudit := func() {}
 	if cfg.AuditApp != "" {
-		ac, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log})
+		ac, err := logclient.New(nc, logclient.Options{Prefix: cfg.SubjectPrefix, Logger: log, Linger: cfg.AuditLinger})
 		if err != nil {
 			return err
 		}
