@@ -215,10 +215,9 @@ type FerretDBOptions struct {
 	Dir  string    // SQLite data directory
 	Addr string    // host:port; empty picks a free loopback port
 	Log  io.Writer // server output; nil discards
-	// Synchronous is SQLite's synchronous setting: "normal" (the default:
-	// no fsync per commit, so a commit survives the server's death but
-	// not the machine's; the WAL is synced at each checkpoint) or "full"
-	// (an fsync per commit). See pkg/cmd/ferretdb.
+	// Synchronous is SQLite's synchronous setting, "normal" or "full";
+	// empty keeps the program's default (normal). See pkg/cmd/ferretdb's
+	// -synchronous.
 	Synchronous string
 }
 
@@ -263,11 +262,11 @@ func StartFerretDB(ctx context.Context, o FerretDBOptions) (*FerretDBProc, error
 }
 
 func (p *FerretDBProc) start(ctx context.Context) error {
-	sync := p.opts.Synchronous
-	if sync == "" {
-		sync = "normal"
+	args := []string{"-listen", p.opts.Addr, "-dir", p.opts.Dir}
+	if p.opts.Synchronous != "" {
+		args = append(args, "-synchronous", p.opts.Synchronous)
 	}
-	cmd := exec.Command(p.bin, "-listen", p.opts.Addr, "-dir", p.opts.Dir, "-synchronous", sync)
+	cmd := exec.Command(p.bin, args...)
 	if p.opts.Log != nil {
 		cmd.Stdout, cmd.Stderr = p.opts.Log, p.opts.Log
 	}

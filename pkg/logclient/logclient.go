@@ -305,9 +305,11 @@ func (c *Client) Stats() Stats {
 // failed), or ctx ends.
 func (c *Client) Flush(ctx context.Context) error {
 	target := c.accepted.Load()
-	select {
-	case c.kick <- struct{}{}:
-	default:
+	if c.o.Linger > 0 {
+		select {
+		case c.kick <- struct{}{}: // a lingering batch goes now
+		default:
+		}
 	}
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()

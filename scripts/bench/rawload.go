@@ -23,9 +23,9 @@ import (
 // and write loops), and at a few hundred requests per second each hand-off
 // wakes a thread on the two cores being measured (about 0.5 ms of the bench
 // process's CPU per sign-in, against about 0.35 here, the NATS server in the
-// same process included). The bound it is
-// compared with has no client at all, so a lighter client measures the
-// platform more exactly; both sides of every comparison use the same one.
+// same process included). The argon2id bound has no client at all, so a
+// lighter client measures the platform more exactly; both sides of every
+// comparison use the same one.
 type rawHitter struct {
 	addr string
 	req  []byte

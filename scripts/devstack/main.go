@@ -1,8 +1,9 @@
 // Command devstack is `make run`: it starts the whole platform on one machine
 // without Docker. NATS (JetStream) runs inside this process, a MongoDB-wire
 // server (FerretDB on SQLite, pkg/cmd/ferretdb) and MinIO run as children
-// built once from their pinned versions, and the four services run as separate processes. Data lives
-// under DATA_DIR (./data) and survives restarts; Ctrl-C stops everything.
+// built once from their pinned versions, and the four services run as
+// separate processes. Data lives under DATA_DIR (./data) and survives
+// restarts; Ctrl-C stops everything.
 package main
 
 import (
@@ -61,8 +62,7 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 		return err
 	}
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	// MONGO_SYNCHRONOUS=full makes SQLite fsync every commit (default
-	// normal: a commit survives FerretDB's death, not the machine's).
+	// MONGO_SYNCHRONOUS=full makes SQLite fsync every commit (docs/configuration.md).
 	mongo, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{
 		Dir: filepath.Join(dataDir, "mongo"), Log: os.Stderr, Synchronous: getenv("MONGO_SYNCHRONOUS"),
 	})
