@@ -3,17 +3,22 @@ GO       ?= go
 PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run test test-short test-faults test-compose test-scale test-ha soak bench minio vet fmt fuzz packages test-console
+.PHONY: run test test-security test-short test-faults test-compose test-scale test-ha soak bench minio vet fmt fuzz packages test-console
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
 	$(GO) run ./scripts/devstack
 
-## test: every test, race detector on, against real NATS, FerretDB and MinIO, and the console in Chromium
+## test: every test, race detector on, against real NATS, FerretDB and MinIO, and the console in Chromium; then the hostile-input suite
 test: packages minio
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+	$(GO) test -race -count=1 -timeout $(TIMEOUT) -skip '^TestHostile' $(PKGS)
 	cd deploy/s3setup && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+	$(MAKE) test-security
+
+## test-security: the hostile-input suite: every attack of the security review replayed against the real processes (docs/reliability.md#the-hostile-input-suite)
+test-security: packages minio
+	$(GO) test -count=1 -timeout 20m -run '^TestHostile' ./scripts/e2e
 
 ## test-short: the fast tier: unit tests with fakes only, no server started (about a minute with the build)
 test-short:

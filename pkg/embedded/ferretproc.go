@@ -2,6 +2,9 @@ package embedded
 
 import (
 	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +28,10 @@ import (
 
 // FerretDBProgramVersion is the version of pkg/cmd/ferretdb. Bump it when
 // that program changes, so cached binaries are rebuilt.
-const FerretDBProgramVersion = "4"
+const FerretDBProgramVersion = "5"
+
+//go:embed ferretpatch/*.go.txt
+var ferretPatchFS embed.FS
 
 // ferretDBModule is the FerretDB module the program is built from.
 const ferretDBModule = "github.com/FerretDB/FerretDB"
@@ -45,6 +52,33 @@ func FerretDBVersion() string {
 	return "v1.24.0"
 }
 
+// FerretDBBinaryName is the cached server program's file name: the
+// FerretDB version, FerretDBProgramVersion and a hash of the patch, so that
+// a change of any of them builds a new binary.
+func FerretDBBinaryName() string {
+	return "ferretdb-" + FerretDBVersion() + "-p" + FerretDBProgramVersion + "-" + ferretDBPatchHash()
+}
+
+// ferretDBPatchHash is a short hash of ferretDBEdits and ferretDBFiles'
+// contents.
+var ferretDBPatchHash = sync.OnceValue(func() string {
+	h := sha256.New()
+	for _, e := range ferretDBEdits {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00%s\x00", e.file, e.count, e.from, e.to)
+	}
+	names := make([]string, 0, len(ferretDBFiles))
+	for rel := range ferretDBFiles {
+		names = append(names, rel)
+	}
+	slices.Sort(names)
+	for _, rel := range names {
+		b, _ := ferretPatchFS.ReadFile("ferretpatch/" + ferretDBFiles[rel])
+		fmt.Fprintf(h, "%s\x00%d\x00", rel, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:10]
+})
+
 // FerretDBBinary returns the path of the FerretDB server program
 // (pkg/cmd/ferretdb), building it once, without the race detector, into the
 // cache next to MinIO. $FERRETDB_BINARY overrides. The file name carries the
@@ -55,7 +89,7 @@ func FerretDBBinary(ctx context.Context, progress io.Writer) (string, error) {
 		return p, nil
 	}
 	dir := CacheDir()
-	bin := filepath.Join(dir, "ferretdb-"+FerretDBVersion()+"-p"+FerretDBProgramVersion)
+	bin := filepath.Join(dir, FerretDBBinaryName())
 	return CachedBinary(bin, func(out string) error {
 		src, err := ferretDBSource()
 		if err != nil {
@@ -92,7 +126,7 @@ func FerretDBBinary(ctx context.Context, progress io.Writer) (string, error) {
 // stand-in for MongoDB, where authentication matters; the in-process tests
 // use FerretDBBinary.
 func FerretDBServerBinary(ctx context.Context, progress io.Writer) (string, error) {
-	bin := filepath.Join(CacheDir(), "ferretdb-server-"+FerretDBVersion())
+	bin := filepath.Join(CacheDir(), "ferretdb-server-"+FerretDBVersion()+"-"+ferretDBPatchHash())
 	return CachedBinary(bin, func(out string) error {
 		src, err := ferretDBSource()
 		if err != nil {
@@ -127,22 +161,85 @@ func FerretDBServerBinary(ctx context.Context, progress io.Writer) (string, erro
 	})
 }
 
-// The one-line patch FerretDB 1.24's SQLite backend needs: it creates the
-// _id index on the expression `_ferretdb_sjson->"_id"` but looks documents
-// up (find, update and delete by _id) with `_ferretdb_sjson->'$._id'`, which
-// SQLite cannot match to that index, so every lookup by _id scanned the
-// whole table (measured: 2-3 s for a missing _id among 200,000 documents,
-// 86 µs with the index). Same results either way: both extract the _id
-// member as JSON. Upstream: FerretDB issue 4646 (the same mismatch on
-// PostgreSQL); v1 is no longer developed. The build copies the pinned
-// module source, patches the copy, and builds the program against it with
-// a temporary go.mod (the pkg module's plus a replace directive); it
-// refuses if the source no longer has the line.
-const (
-	ferretDBPatchFile = "internal/backends/sqlite/metadata/metadata.go"
-	ferretDBPatchFrom = `IDColumn = DefaultColumn + "->'$._id'"`
-	ferretDBPatchTo   = `IDColumn = DefaultColumn + "->\"_id\""`
-)
+// ferretDBEdit replaces one exact piece of a FerretDB source file; the
+// build refuses when the piece is not there exactly `count` times.
+type ferretDBEdit struct {
+	file, from, to string
+	count          int
+}
+
+// The patch FerretDB 1.24 needs (docs/design/ferretdb.md), in two parts.
+//
+// The _id index: its SQLite backend creates the _id index on the expression
+// `_ferretdb_sjson->"_id"` but looks documents up (find, update and delete
+// by _id) with `_ferretdb_sjson->'$._id'`, which SQLite cannot match to that
+// index, so every lookup by _id scanned the whole table (measured: 2-3 s for
+// a missing _id among 200,000 documents, 86 µs with the index). Same
+// results either way: both extract the _id member as JSON. Upstream:
+// FerretDB issue 4646 (the same mismatch on PostgreSQL); v1 is no longer
+// developed.
+//
+// The pushdown: the backend narrows a query only by a filter that is
+// exactly {_id: v}; every other find, count, aggregate, update and delete
+// read and decoded the whole collection, and the indexes createIndexes made
+// were never used. The added files (ferretpatch/*.go.txt) make the backend
+// narrow by every top-level equality and $in of strings, ObjectIDs and
+// bools (acmeWhere), sort and limit by an index that serves the sort when
+// the filter has no condition (acmeOrderBy, acmeSortLimit), and count a
+// whole collection with SQL (acmeFastCount). FerretDB still filters, sorts,
+// skips and limits every returned document itself, so the pushdown narrows
+// what is read and never decides a match.
+var ferretDBEdits = []ferretDBEdit{
+	{file: "internal/backends/sqlite/metadata/metadata.go", count: 1,
+		from: `IDColumn = DefaultColumn + "->'$._id'"`,
+		to:   `IDColumn = DefaultColumn + "->\"_id\""`},
+	{file: "internal/backends/sqlite/collection.go", count: 1,
+		from: "\tvar whereClause string\n\tvar args []any\n\n\t// that logic should exist in one place\n\t// TODO https://github.com/FerretDB/FerretDB/issues/3235\n\tif params.Filter.Len() == 1 {\n\t\tv, _ := params.Filter.Get(\"_id\")\n\t\tswitch v.(type) {\n\t\tcase string, types.ObjectID:\n\t\t\twhereClause = fmt.Sprintf(` WHERE %s = ?`, metadata.IDColumn)\n\t\t\targs = []any{string(must.NotFail(sjson.MarshalSingleValue(v)))}\n\t\t}\n\t}\n\n\tq += whereClause\n\tq += prepareOrderByClause(params.Sort)\n\n\tif params.Limit != 0 {",
+		to:   "\twhereClause, args := acmeWhere(params.Filter)\n\torderBy := acmeOrderBy(meta, params.Sort)\n\n\tq += whereClause\n\tq += orderBy\n\n\toffsetApplied := acmeOffset(params, orderBy)\n\tif offsetApplied {\n\t\tq += ` LIMIT ? OFFSET ?`\n\t\targs = append(args, params.Limit, params.AcmeOffset)\n\t} else if params.Limit != 0 && (params.Sort.Len() == 0 || orderBy != \"\") {"},
+	{file: "internal/backends/sqlite/collection.go", count: 1,
+		from: "\tvar filterPushdown bool\n\tvar whereClause string\n\tvar args []any\n\n\t// that logic should exist in one place\n\t// TODO https://github.com/FerretDB/FerretDB/issues/3235\n\tif params.Filter.Len() == 1 {\n\t\tv, _ := params.Filter.Get(\"_id\")\n\t\tswitch v.(type) {\n\t\tcase string, types.ObjectID:\n\t\t\tfilterPushdown = true\n\t\t\twhereClause = fmt.Sprintf(` WHERE %s = ?`, metadata.IDColumn)\n\t\t\targs = []any{string(must.NotFail(sjson.MarshalSingleValue(v)))}\n\t\t}\n\t}\n\n\torderByClause := prepareOrderByClause(params.Sort)\n\tsortPushdown := orderByClause != \"\"\n\n\tq := `EXPLAIN QUERY PLAN ` + selectClause + whereClause + orderByClause\n\n\tvar limitPushdown bool\n\n\tif params.Limit != 0 {",
+		to:   "\twhereClause, args := acmeWhere(params.Filter)\n\tfilterPushdown := whereClause != \"\"\n\n\torderByClause := acmeOrderBy(meta, params.Sort)\n\tsortPushdown := orderByClause != \"\"\n\n\tq := `EXPLAIN QUERY PLAN ` + selectClause + whereClause + orderByClause\n\n\tvar limitPushdown bool\n\n\tif params.Limit != 0 && (params.Sort.Len() == 0 || sortPushdown) {"},
+	// With ACME_FERRETDB_SCAN_LOG set, every query no index serves is
+	// reported (acmeReportScan; pkg/testkit fails the test that made it).
+	{file: "internal/backends/sqlite/collection.go", count: 1,
+		from: "\t\targs = append(args, params.Limit)\n\t}\n\n\trows, err := db.QueryContext(ctx, q, args...)\n",
+		to:   "\t\targs = append(args, params.Limit)\n\t}\n\n\tacmeReportScan(ctx, db, c.dbName, c.name, q, args, params)\n\n\trows, err := db.QueryContext(ctx, q, args...)\n"},
+	{file: "internal/backends/sqlite/collection.go", count: 1,
+		from: "\treturn &backends.QueryResult{\n\t\tIter: newQueryIterator(ctx, rows, params.OnlyRecordIDs),\n\t}, nil\n}\n\n// InsertAll",
+		to:   "\treturn &backends.QueryResult{\n\t\tIter:              newQueryIterator(ctx, rows, params.OnlyRecordIDs),\n\t\tAcmeOffsetApplied: offsetApplied,\n\t}, nil\n}\n\n// InsertAll"},
+	// The backends' contract admits sorts on fields, not only $natural.
+	{file: "internal/backends/collection.go", count: 2,
+		from: "\tif params.Sort.Len() != 0 {\n\t\tmust.BeTrue(params.Sort.Len() == 1)",
+		to:   "\tif params.Sort.Len() != 0 && params.Sort.Has(\"$natural\") {\n\t\tmust.BeTrue(params.Sort.Len() == 1)"},
+	{file: "internal/handler/msg_find.go", count: 1,
+		from: "\tif !h.DisablePushdown && params.Filter.Len() == 0 && params.Sort.Len() == 0 && params.Skip == 0 {\n\t\tqp.Limit = params.Limit\n\t}\n",
+		to:   "\tif !h.DisablePushdown && params.Filter.Len() == 0 && params.Sort.Len() == 0 && params.Skip == 0 {\n\t\tqp.Limit = params.Limit\n\t}\n\n\tif acmeSortPushable(params.Filter, params.Sort, params.Skip, params.Limit) && !h.DisablePushdown {\n\t\tqp.Sort, qp.Limit, qp.AcmeOffset = params.Sort, params.Limit, params.Skip\n\t}\n"},
+	// A skip the backend applied (with a sort an index serves) is not
+	// applied again.
+	{file: "internal/handler/msg_find.go", count: 1,
+		from: "\tqueryRes, err := coll.Query(ctx, qp)\n\tif err != nil {\n\t\treturn nil, handleMaxTimeMSError(err, params.MaxTimeMS, \"find\")\n\t}\n",
+		to:   "\tqueryRes, err := coll.Query(ctx, qp)\n\tif err != nil {\n\t\treturn nil, handleMaxTimeMSError(err, params.MaxTimeMS, \"find\")\n\t}\n\n\tif queryRes.AcmeOffsetApplied {\n\t\tparams.Skip = 0\n\t}\n"},
+	{file: "internal/backends/collection.go", count: 1,
+		from: "type QueryParams struct {\n\tFilter *types.Document\n\tSort   *types.Document\n\tLimit  int64\n",
+		to:   "type QueryParams struct {\n\tFilter *types.Document\n\tSort   *types.Document\n\tLimit  int64\n\n\t// AcmeOffset rows are skipped before Limit, only with a sort the\n\t// backend applies; QueryResult.AcmeOffsetApplied says so.\n\tAcmeOffset int64\n"},
+	{file: "internal/backends/collection.go", count: 1,
+		from: "type QueryResult struct {\n\tIter types.DocumentsIterator\n",
+		to:   "type QueryResult struct {\n\tIter types.DocumentsIterator\n\n\tAcmeOffsetApplied bool\n"},
+	{file: "internal/handler/msg_explain.go", count: 1,
+		from: "\tif !h.DisablePushdown && params.Filter.Len() == 0 && params.Sort.Len() == 0 && params.Skip == 0 {\n\t\tqp.Limit = params.Limit\n\t}\n",
+		to:   "\tif !h.DisablePushdown && params.Filter.Len() == 0 && params.Sort.Len() == 0 && params.Skip == 0 {\n\t\tqp.Limit = params.Limit\n\t}\n\n\tif acmeSortPushable(params.Filter, params.Sort, params.Skip, params.Limit) && !h.DisablePushdown {\n\t\tqp.Sort, qp.Limit = params.Sort, params.Skip+params.Limit\n\t}\n"},
+	{file: "internal/handler/msg_count.go", count: 1,
+		from: "\tvar qp backends.QueryParams\n\tif !h.DisablePushdown {\n\t\tqp.Filter = params.Filter\n\t}\n",
+		to:   "\tif n, ok, err := acmeFastCount(connCtx, c, params.Filter, params.Skip, params.Limit); err != nil {\n\t\treturn nil, lazyerrors.Error(err)\n\t} else if ok && !h.DisablePushdown {\n\t\treturn documentOpMsg(must.NotFail(types.NewDocument(\"n\", n, \"ok\", float64(1))))\n\t}\n\n\tvar qp backends.QueryParams\n\tif !h.DisablePushdown {\n\t\tqp.Filter = params.Filter\n\t}\n"},
+}
+
+// ferretDBFiles are the files the patch adds: the copy's path, and the
+// name under ferretpatch/ (embedded into this package).
+var ferretDBFiles = map[string]string{
+	"internal/backends/sqlite/acme_pushdown.go": "acme_pushdown.go.txt",
+	"internal/backends/acme_count.go":           "acme_count.go.txt",
+	"internal/handler/acme_handler.go":          "acme_handler.go.txt",
+}
 
 // ferretDBPatched prepares work: a patched copy of the FerretDB module and
 // a go.mod/go.sum pair replacing the module with it; it returns the go.mod.
@@ -167,18 +264,7 @@ func ferretDBPatched(ctx context.Context, src, work string) (string, error) {
 	if err := os.CopyFS(copyDir, os.DirFS(from)); err != nil {
 		return "", fmt.Errorf("ferretdb: copying the module source: %w", err)
 	}
-	target := filepath.Join(copyDir, filepath.FromSlash(ferretDBPatchFile))
-	code, err := os.ReadFile(target)
-	if err != nil {
-		return "", fmt.Errorf("ferretdb: %w", err)
-	}
-	if n := strings.Count(string(code), ferretDBPatchFrom); n != 1 {
-		return "", fmt.Errorf("ferretdb: %s has %d copies of the line to patch (%s), want 1", ferretDBPatchFile, n, ferretDBPatchFrom)
-	}
-	if err := os.Chmod(target, 0o644); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(target, []byte(strings.Replace(string(code), ferretDBPatchFrom, ferretDBPatchTo, 1)), 0o644); err != nil {
+	if err := applyFerretDBPatch(copyDir); err != nil {
 		return "", err
 	}
 	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
@@ -195,6 +281,53 @@ func ferretDBPatched(ctx context.Context, src, work string) (string, error) {
 		return "", err
 	}
 	return modfile, os.WriteFile(filepath.Join(work, "go.sum"), sum, 0o644)
+}
+
+// applyFerretDBPatch applies ferretDBEdits and adds ferretDBFiles to the
+// module copy in dir.
+func applyFerretDBPatch(dir string) error {
+	edited := map[string]string{}
+	for _, e := range ferretDBEdits {
+		code, ok := edited[e.file]
+		if !ok {
+			b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(e.file)))
+			if err != nil {
+				return fmt.Errorf("ferretdb: %w", err)
+			}
+			code = string(b)
+		}
+		if n := strings.Count(code, e.from); n != e.count {
+			return fmt.Errorf("ferretdb: %s has %d copies of the code to patch, want %d:\n%s", e.file, n, e.count, e.from)
+		}
+		edited[e.file] = strings.ReplaceAll(code, e.from, e.to)
+	}
+	write := func(rel string, b []byte) error {
+		target := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.Chmod(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		if _, err := os.Stat(target); err == nil {
+			if err := os.Chmod(target, 0o644); err != nil {
+				return err
+			}
+		}
+		return os.WriteFile(target, b, 0o644)
+	}
+	for rel, code := range edited {
+		if err := write(rel, []byte(code)); err != nil {
+			return err
+		}
+	}
+	for rel, name := range ferretDBFiles {
+		b, err := ferretPatchFS.ReadFile("ferretpatch/" + name)
+		if err != nil {
+			return err
+		}
+		if err := write(rel, b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ferretDBSource finds pkg/cmd/ferretdb from this file's location.
@@ -219,6 +352,12 @@ type FerretDBOptions struct {
 	// empty keeps the program's default (normal). See pkg/cmd/ferretdb's
 	// -synchronous.
 	Synchronous string
+	// Env is added to the server's environment (for example
+	// ACME_FERRETDB_SCAN_LOG, docs/design/ferretdb.md).
+	Env []string
+	// Auth, when set, makes the server require a login (FerretDBAuth,
+	// ferretauth.go); URI then carries it.
+	Auth *FerretDBAuth
 }
 
 // FerretDBProc is a FerretDB server running as a child process. It can be
@@ -239,7 +378,7 @@ type FerretDBProc struct {
 // StartFerretDB builds the server program if needed, starts it and waits
 // until it accepts connections.
 func StartFerretDB(ctx context.Context, o FerretDBOptions) (*FerretDBProc, error) {
-	bin, err := FerretDBBinary(ctx, o.Log)
+	bin, err := o.prepare(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +393,7 @@ func StartFerretDB(ctx context.Context, o FerretDBOptions) (*FerretDBProc, error
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return nil, err
 	}
-	p := &FerretDBProc{URI: "mongodb://" + o.Addr + "/", Addr: o.Addr, bin: bin, opts: o}
+	p := &FerretDBProc{URI: o.uri(), Addr: o.Addr, bin: bin, opts: o}
 	if err := p.start(ctx); err != nil {
 		return nil, err
 	}
@@ -262,11 +401,10 @@ func StartFerretDB(ctx context.Context, o FerretDBOptions) (*FerretDBProc, error
 }
 
 func (p *FerretDBProc) start(ctx context.Context) error {
-	args := []string{"-listen", p.opts.Addr, "-dir", p.opts.Dir}
-	if p.opts.Synchronous != "" {
-		args = append(args, "-synchronous", p.opts.Synchronous)
+	cmd := p.opts.command(p.bin)
+	if len(p.opts.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.opts.Env...)
 	}
-	cmd := exec.Command(p.bin, args...)
 	if p.opts.Log != nil {
 		cmd.Stdout, cmd.Stderr = p.opts.Log, p.opts.Log
 	}

@@ -30,7 +30,7 @@ func TestFerretDBProcStopPauseRestart(t *testing.T) {
 	}
 	t.Cleanup(p.Stop)
 	bin, _ := FerretDBBinary(ctx, nil)
-	if want := "ferretdb-" + FerretDBVersion() + "-p" + FerretDBProgramVersion; filepath.Base(bin) != want {
+	if want := FerretDBBinaryName(); filepath.Base(bin) != want || !strings.HasPrefix(want, "ferretdb-"+FerretDBVersion()+"-p"+FerretDBProgramVersion+"-") {
 		t.Errorf("binary %s, want name %s", bin, want)
 	}
 	client, err := mongo.Connect(options.Client().ApplyURI(p.URI).SetServerSelectionTimeout(2 * time.Second))

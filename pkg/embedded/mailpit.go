@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -45,7 +46,11 @@ type MailpitOptions struct {
 	// AuthFile, if set, is an htpasswd-style file ("user:password" lines):
 	// the SMTP server then requires authentication.
 	AuthFile string
-	Log      io.Writer // server output; nil discards
+	// UIUser and UIPassword, if set, are the one login the web UI and the
+	// HTTP API accept (HTTP basic authentication); without them both are
+	// open to anyone who reaches HTTPAddr. /readyz and /livez stay open.
+	UIUser, UIPassword string
+	Log                io.Writer // server output; nil discards
 }
 
 // Mailpit is a running Mailpit process.
@@ -53,8 +58,11 @@ type Mailpit struct {
 	SMTPHost string
 	SMTPPort int
 	API      string // http://host:port
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	// UIUser and UIPassword are the API's login (MailpitOptions), empty
+	// when it has none.
+	UIUser, UIPassword string
+	cmd                *exec.Cmd
+	exited             chan struct{}
 }
 
 // StartMailpit starts a Mailpit that keeps messages in memory and waits
@@ -98,6 +106,17 @@ func StartMailpit(ctx context.Context, o MailpitOptions) (*Mailpit, error) {
 	// No database named: Mailpit keeps its messages in a temporary file it
 	// deletes on exit.
 	cmd.Env = append(os.Environ(), "MP_DATABASE=")
+	if (o.UIUser == "") != (o.UIPassword == "") {
+		return nil, errors.New("mailpit: UIUser and UIPassword go together")
+	}
+	if o.UIUser != "" {
+		if strings.Contains(o.UIUser, ":") || strings.ContainsAny(o.UIUser+o.UIPassword, " \t\r\n") {
+			return nil, errors.New("mailpit: the UI login may hold no blank, and the user no colon")
+		}
+		// "user:password", a plain-text htpasswd line, through the
+		// environment (a command line is visible to every local user).
+		cmd.Env = append(cmd.Env, "MP_UI_AUTH="+o.UIUser+":"+o.UIPassword)
+	}
 	if o.Log != nil {
 		cmd.Stdout, cmd.Stderr = o.Log, o.Log
 	}
@@ -105,7 +124,8 @@ func StartMailpit(ctx context.Context, o MailpitOptions) (*Mailpit, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("mailpit: %w", err)
 	}
-	m := &Mailpit{SMTPHost: host, SMTPPort: port, API: "http://" + o.HTTPAddr, cmd: cmd, exited: make(chan struct{})}
+	m := &Mailpit{SMTPHost: host, SMTPPort: port, API: "http://" + o.HTTPAddr, UIUser: o.UIUser, UIPassword: o.UIPassword,
+		cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(m.exited) }()
 	switch err := waitReady(m.API+"/readyz", m.exited, 30*time.Second, 50*time.Millisecond); {
 	case errors.Is(err, errExited):
@@ -168,10 +188,14 @@ type Mail struct {
 type MailpitClient struct {
 	API  string // http://host:port
 	HTTP *http.Client
+	// User and Password, if set, log in to the API (basic authentication).
+	User, Password string
 }
 
-// Client returns an API client of m.
-func (m *Mailpit) Client() *MailpitClient { return &MailpitClient{API: m.API} }
+// Client returns an API client of m, with its login.
+func (m *Mailpit) Client() *MailpitClient {
+	return &MailpitClient{API: m.API, User: m.UIUser, Password: m.UIPassword}
+}
 
 func (c *MailpitClient) get(ctx context.Context, path string, v any) error {
 	hc := c.HTTP
@@ -181,6 +205,9 @@ func (c *MailpitClient) get(ctx context.Context, path string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.API+path, nil)
 	if err != nil {
 		return err
+	}
+	if c.User != "" {
+		req.SetBasicAuth(c.User, c.Password)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -69,6 +69,9 @@ type Servers struct {
 	// FerretDB is the kit's own MongoDB-wire server process (nil when
 	// MONGO_URL is set).
 	FerretDB *embedded.FerretDBProc
+	// ScanLog is the file the embedded FerretDB reports every query no
+	// index serves to (empty with MONGO_URL); Database checks it.
+	ScanLog string
 
 	need Server // what Get was asked for: the servers NewEnv points at
 }
@@ -212,12 +215,16 @@ func startMongo() error {
 	if u := os.Getenv("MONGO_URL"); u != "" {
 		shared.MongoURL = u
 	} else {
-		m, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{Dir: filepath.Join(tmpRoot, "mongo"), Log: os.Stderr})
+		scanLog := filepath.Join(tmpRoot, "scans.jsonl")
+		m, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{
+			Dir: filepath.Join(tmpRoot, "mongo"), Log: os.Stderr,
+			Env: []string{"ACME_FERRETDB_SCAN_LOG=" + scanLog},
+		})
 		if err != nil {
 			return fail(err)
 		}
 		onStop(m.Stop)
-		shared.FerretDB = m
+		shared.FerretDB, shared.ScanLog = m, scanLog
 		shared.MongoURL = m.URI
 	}
 	mc, err := mongodrv.Connect(options.Client().ApplyURI(shared.MongoURL).SetServerSelectionTimeout(10 * time.Second))
@@ -284,14 +291,16 @@ func Name(t testing.TB) string {
 // Database returns a new database name, dropped when the test ends.
 func (s *Servers) Database(t testing.TB) string {
 	t.Helper()
-	mc := s.Mongo
+	mc, scanLog := s.Mongo, s.ScanLog
 	if mc == nil {
-		mc = server(t, Mongo).Mongo
+		srv := server(t, Mongo)
+		mc, scanLog = srv.Mongo, srv.ScanLog
 	}
 	name := Name(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		checkScans(t, scanLog, name)
 		_ = mc.Database(name).Drop(ctx)
 	})
 	return name

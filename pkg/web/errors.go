@@ -121,7 +121,8 @@ func CodeForStatus(status int) string {
 }
 
 // ErrorHandler renders every error as JSON. Unknown errors are logged with
-// the request id and answered 500 without details; dependency outages 503.
+// the request id and answered 500 without details but with the request id
+// ({"error","code":"internal","requestId"}); dependency outages 503.
 func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 	return func(c *fiber.Ctx, err error) error {
 		var we *Error
@@ -143,7 +144,7 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return Render(c, Errorf(http.StatusServiceUnavailable, "unavailable", "a dependency is unavailable, try again shortly"))
 		default:
 			log.Error("internal error", "rid", RequestID(c), "path", c.Path(), "err", err)
-			return Render(c, Errorf(http.StatusInternalServerError, "internal", "internal error"))
+			return Render(c, &Error{Status: http.StatusInternalServerError, Code: "internal", Body: internalBody(RequestID(c))})
 		}
 	}
 }

@@ -36,9 +36,10 @@ type Options struct {
 	ReadTimeout, IdleTimeout time.Duration
 }
 
-// NewApp returns a Fiber app with JSON errors, request ids, access logs and,
-// with Options.Metrics, request metrics and /metrics. Register routes that
-// need an identity token after it.
+// NewApp returns a Fiber app with JSON errors, request ids, access logs, a
+// recover that turns a handler's panic into a JSON 500 (Recover) and, with
+// Options.Metrics, request metrics and /metrics. Register routes that need
+// an identity token after it.
 func NewApp(o Options) *fiber.App {
 	if o.BodyLimit <= 0 {
 		o.BodyLimit = 1 << 20
@@ -67,6 +68,9 @@ func NewApp(o Options) *fiber.App {
 	if o.Metrics != nil {
 		Instrument(app, o.Metrics)
 	}
+	// Innermost, around every route registered after NewApp returns: the
+	// access log and the metrics see the 500 a panic becomes.
+	app.Use(Recover(o.Log))
 	return app
 }
 

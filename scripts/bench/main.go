@@ -2,10 +2,13 @@
 // four processes, then measures each target side by side with its raw limit
 // in the same run, and prints ratios. Nothing here is a timed assertion.
 //
-// BENCH_ONLY=auth,pocketbase,files,logs,logsearch selects sections (all by default);
-// BENCH_SECONDS sets the length of each timed phase (default 8). The
+// BENCH_ONLY=auth,pocketbase,files,logs,logsearch,scale selects sections (all by
+// default); BENCH_SECONDS sets the length of each timed phase (default 8). The
 // pocketbase section runs a pinned PocketBase beside the platform and
-// compares the two.
+// compares the two. The scale section (scale.go) fills the database to
+// 1,000 and to SCALE_N (100,000) records per collection and measures the
+// platform's requests, one at a time, at both sizes, beside PocketBase; it
+// runs last, since it leaves the database full.
 package main
 
 import (
@@ -137,7 +140,7 @@ func run(ctx context.Context, out io.Writer) error {
 	sections := []struct {
 		name string
 		fn   func(*env) error
-	}{{"auth", benchAuth}, {"pocketbase", benchPocketBase}, {"files", benchFiles}, {"logs", benchLogs}, {"logsearch", benchLogSearch}}
+	}{{"auth", benchAuth}, {"pocketbase", benchPocketBase}, {"files", benchFiles}, {"logs", benchLogs}, {"logsearch", benchLogSearch}, {"scale", benchScale}}
 	for _, s := range sections {
 		if !want(s.name) {
 			continue

@@ -225,7 +225,7 @@ func TestEmailVerificationByMail(t *testing.T) {
 
 	// An address change waits for the new address to be verified; the old
 	// one is told.
-	edited := grace.mustStatus(200, "PATCH", "/me", map[string]any{"email": "grace.hopper@example.com"})
+	edited := grace.mustStatus(200, "PATCH", "/me", map[string]any{"email": "grace.hopper@example.com", "currentPassword": "correct horse battery"})
 	if u := edited["user"].(map[string]any); u["email"] != "grace@example.com" || u["emailVerified"] != true {
 		t.Fatalf("address changed before verification: %v", edited)
 	}
@@ -247,7 +247,7 @@ func TestEmailVerificationByMail(t *testing.T) {
 	}
 	mailedToken(t, mc, "grace.hopper@example.com", "Confirm your e-mail address", "verify", 2) // the other user's link
 	admin.mustStatus(200, "DELETE", "/users/"+other["user"].(map[string]any)["id"].(string), nil)
-	grace.mustStatus(200, "PATCH", "/me", map[string]any{"email": "grace.hopper@example.com"})
+	grace.mustStatus(200, "PATCH", "/me", map[string]any{"email": "grace.hopper@example.com", "currentPassword": "correct horse battery"})
 	change = mailedToken(t, mc, "grace.hopper@example.com", "Confirm your e-mail address", "verify", 3)
 	grace.mustStatus(200, "POST", "/email/verify", map[string]string{"token": change})
 	me := grace.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)

@@ -114,6 +114,7 @@ func write(w io.Writer, adminEmail string) error {
 	add("# PUBLIC_BASE_URL=http://localhost:8080   # public address of the gateway, used in download URLs")
 	add("# GATEWAY_PORT=8080")
 	add("# GATEWAY_ALLOWED_ORIGINS=")
+	add("# GATEWAY_PUBLIC_URL=   # every origin users reach the gateway by, e.g. https://app.example.com; needed for any host name")
 	add("# AUTH_WEBAUTHN_RP_ID=localhost   # passkeys: the domain the console is served from")
 	add("# AUTH_WEBAUTHN_ORIGINS=http://localhost:8080   # passkeys: the console's origins, comma-separated")
 	add("# ACME_VERSION=0.1.0   # tag of the acme/* images")

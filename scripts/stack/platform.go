@@ -18,6 +18,15 @@ type Servers struct {
 	NATSURL, SubjectPrefix string
 	S3Endpoint, S3Access   string
 	S3Secret, S3Bucket     string
+	// MongoUser and MongoPassword, if set, are every service's MongoDB
+	// login (MONGO_USER, MONGO_PASSWORD, as compose.yaml hands them);
+	// MongoURL then names the authSource.
+	MongoUser, MongoPassword string
+	// NATSPasswords, if set, log each service in to NATS as the user named
+	// after it (auth, files, logs, gateway: deploy/nats.conf) with the
+	// password under that name (NATS_USER, NATS_PASSWORD, as compose.yaml
+	// hands them). Every service launched must have one.
+	NATSPasswords map[string]string
 }
 
 // Secrets shared by the services of one platform.
@@ -54,7 +63,10 @@ type Options struct {
 	Bins        map[string]string
 	GatewayAddr string            // the first gateway's address, e.g. 127.0.0.1:8080
 	Env         map[string]string // extra variables for every service
-	Out         io.Writer
+	// ServiceEnv are extra variables for one service only, by service name
+	// (a secret only that service needs, e.g. auth's AUTH_MFA_KEY).
+	ServiceEnv map[string]map[string]string
+	Out        io.Writer
 	// Gateways is how many gateway processes to start (0 means 1) and
 	// Replicas how many processes of each of auth, files and logs (0 means
 	// 1), each on its own port. Every gateway gets the comma-separated list
@@ -88,6 +100,7 @@ type Platform struct {
 	mu          sync.Mutex
 	starts      map[*Proc]started // how each process was started, for Restart
 	out         io.Writer
+	stopping    bool // Stop was called: Supervise restarts nothing more
 }
 
 type started struct {
@@ -151,6 +164,16 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 		"IDENTITY_PUBLIC_KEY=" + sec.IdentityPublicPEM,
 		"SERVICE_CREDENTIAL=" + sec.ServiceCredential,
 	}
+	if s.MongoUser != "" {
+		common = append(common, "MONGO_USER="+s.MongoUser, "MONGO_PASSWORD="+s.MongoPassword)
+	}
+	if s.NATSPasswords != nil {
+		for name := range o.Bins {
+			if s.NATSPasswords[name] == "" {
+				return nil, fmt.Errorf("stack: no NATS password for %s", name)
+			}
+		}
+	}
 	for k, v := range o.Env {
 		if k == "GATEWAY_METRICS_ADDR" {
 			continue // per gateway, below
@@ -164,7 +187,7 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 		}
 		return strings.Join(l, ",")
 	}
-	env := func(name string, i int) []string {
+	base := func(name string, i int) []string {
 		a := addrs[name][i]
 		switch name {
 		case "auth":
@@ -181,6 +204,17 @@ func Launch(o Options, s Servers, sec Secrets) (*Platform, error) {
 				"GATEWAY_LOGS_URL=" + urls("logs"), "GATEWAY_TUS_URL=" + urls("tus"),
 				"GATEWAY_METRICS_ADDR=" + metricsAddrs[i]}
 		}
+	}
+	// Each process: its own settings, its NATS user, its own extras.
+	env := func(name string, i int) []string {
+		e := base(name, i)
+		if pw := s.NATSPasswords[name]; pw != "" {
+			e = append(e, "NATS_USER="+name, "NATS_PASSWORD="+pw)
+		}
+		for k, v := range o.ServiceEnv[name] {
+			e = append(e, k+"="+v)
+		}
+		return e
 	}
 	for _, name := range Services {
 		bin, ok := o.Bins[name]
@@ -256,6 +290,7 @@ func (p *Platform) Restart(proc *Proc) (*Proc, error) {
 // Stop stops the gateways first, then the services.
 func (p *Platform) Stop(grace time.Duration) {
 	p.mu.Lock()
+	p.stopping = true
 	order := append([]*Proc{}, p.order...)
 	p.mu.Unlock()
 	for i := len(order) - 1; i >= 0; i-- {

@@ -45,13 +45,15 @@ type Config struct {
 	SessionTTL     time.Duration
 	TokenTTL       time.Duration
 	AllowedOrigins []string
+	PublicURLs     []string // the origins browsers use for the gateway (Host and Origin checks)
 	NATSURL        string
 	SubjectPrefix  string
 	ShutdownGrace  time.Duration
 	ReadHeader     time.Duration
 	Read           time.Duration // whole request, body included; 0 = off (uploads may be long)
 	Write          time.Duration // whole response; 0 = off (downloads may be long)
-	BodyIdle       time.Duration // a request body making no progress for this long is cut
+	BodyIdle       time.Duration // a request body making no progress for this long is cut (408)
+	StreamRecheck  time.Duration // a request still running re-checks its session or API key this often
 	Idle           time.Duration
 	MaxHeaderBytes int
 	BodyLimits     map[string]int64
@@ -80,6 +82,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		SessionTTL:      r.Duration("SESSION_CACHE_TTL", 5*time.Second),
 		TokenTTL:        r.Duration("TOKEN_TTL", 30*time.Second),
 		AllowedOrigins:  r.List("ALLOWED_ORIGINS", ""),
+		PublicURLs:      strings.Split(r.Own("PUBLIC_URL", ""), ","), // never the unprefixed PUBLIC_URL
 		NATSURL:         r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD"),
 		SubjectPrefix:   r.String("NATS_SUBJECT_PREFIX", "acme"),
 		ShutdownGrace:   r.Duration("SHUTDOWN_GRACE", 20*time.Second),
@@ -87,6 +90,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		Read:            r.Duration("READ_TIMEOUT", 0),
 		Write:           r.Duration("WRITE_TIMEOUT", 0),
 		BodyIdle:        r.Duration("BODY_IDLE_TIMEOUT", 30*time.Second),
+		StreamRecheck:   r.Duration("STREAM_RECHECK", 2*time.Second),
 		Idle:            r.Duration("IDLE_TIMEOUT", 120*time.Second),
 		MaxHeaderBytes:  r.Int("MAX_HEADER_BYTES", 32<<10),
 		ResolveInterval: r.Duration("RESOLVE_INTERVAL", 2*time.Second),
@@ -111,6 +115,9 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	if err := r.Err(); err != nil {
 		return c, r, err
 	}
+	if _, err := proxy.ParseOrigins(c.PublicURLs); err != nil {
+		return c, r, fmt.Errorf("GATEWAY_PUBLIC_URL: %w", err)
+	}
 	if c.PrivateKey == "" {
 		return c, r, errors.New("GATEWAY_IDENTITY_PRIVATE_KEY is required")
 	}
@@ -118,7 +125,7 @@ func loadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		return c, r, errors.New("GATEWAY_SERVICE_CREDENTIAL (or SERVICE_CREDENTIAL) is required")
 	}
 	for k, d := range map[string]time.Duration{"RESOLVE_INTERVAL": c.ResolveInterval, "PROBE_INTERVAL": c.ProbeInterval,
-		"PROBE_TIMEOUT": c.ProbeTimeout, "EJECT_BACKOFF_MAX": c.EjectMax} {
+		"PROBE_TIMEOUT": c.ProbeTimeout, "EJECT_BACKOFF_MAX": c.EjectMax, "STREAM_RECHECK": c.StreamRecheck} {
 		if d <= 0 {
 			return c, r, fmt.Errorf("GATEWAY_%s must be positive", k)
 		}
@@ -255,12 +262,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		}
 		defer sub.Unsubscribe()
 	}
+	public, _ := proxy.ParseOrigins(cfg.PublicURLs) // checked by loadConfig
 	handler := proxy.New(proxy.Config{
+		Public:    public,
 		Handoff:   fetcher,
 		Streams:   streams,
 		Upstreams: groups, Resolver: resolver, Keys: keys, Signer: identity.NewSigner(key, cfg.TokenTTL),
 		AllowedOrigins: cfg.AllowedOrigins, Log: log, TokenTTL: cfg.TokenTTL,
-		BodyLimits: cfg.BodyLimits,
+		BodyLimits: cfg.BodyLimits, StreamRecheck: cfg.StreamRecheck,
 	})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -272,7 +281,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	mux.Handle("/", handler)
 
 	srv := &http.Server{
-		Handler:           guard(metrics.NewHTTP(reg).Middleware(mux), cfg.MaxHeaderBytes, cfg.BodyIdle),
+		// Requests for a Host that is not the gateway's are refused (421)
+		// before anything else (DNS rebinding; proxy.CheckHost).
+		Handler:           guard(metrics.NewHTTP(reg).Middleware(web.RecoverHTTP(log, proxy.CheckHost(public, mux))), cfg.MaxHeaderBytes, cfg.BodyIdle),
 		ReadHeaderTimeout: cfg.ReadHeader,
 		ReadTimeout:       cfg.Read,
 		WriteTimeout:      cfg.Write,

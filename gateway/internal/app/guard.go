@@ -1,16 +1,18 @@
 package app
 
 import (
-	"io"
 	"net/http"
 	"time"
+
+	"github.com/acme/platform/gateway/internal/proxy"
 )
 
 // guard protects the server from abusive clients before anything else
 // runs: request headers larger than maxHeader bytes get 431 with a JSON body
 // (net/http itself refuses still larger ones, in plain text), and a request
-// body that makes no progress for bodyIdle is cut (the read fails, the
-// proxy gives up on the upstream request and the connection closes), so a
+// body that makes no progress for bodyIdle is cut (proxy.WatchBody: the
+// read fails, the proxy gives up on the upstream request, answers 408
+// request_timeout and the connection closes), so a
 // client trickling a body cannot hold a connection and an upstream request
 // for ever, while a large upload that keeps moving is never limited in
 // total time.
@@ -22,12 +24,7 @@ func guard(next http.Handler, maxHeader int, bodyIdle time.Duration) http.Handle
 				"error": "request headers too large", "code": "headers_too_large", "limit": maxHeader})
 			return
 		}
-		if bodyIdle > 0 && r.Body != nil && r.Body != http.NoBody {
-			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(bodyIdle)) == nil {
-				r.Body = &idleBody{ReadCloser: r.Body, rc: rc, idle: bodyIdle}
-			}
-		}
+		r = proxy.WatchBody(w, r, bodyIdle)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -42,26 +39,4 @@ func headerSize(r *http.Request) int {
 		}
 	}
 	return n + len(r.Host) + 8
-}
-
-// idleBody extends the connection's read deadline after every read that
-// made progress.
-type idleBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	idle time.Duration
-}
-
-func (b *idleBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	switch {
-	case err == io.EOF:
-		// The whole body is in: net/http now watches the connection in
-		// the background for the client going away, which must not time
-		// out during a long response.
-		_ = b.rc.SetReadDeadline(time.Time{})
-	case n > 0:
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
-	}
-	return n, err
 }

@@ -65,8 +65,23 @@ func TestStalledBodyCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /signin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"email\":")
+	fmt.Fprintf(conn, "POST /signin HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"email\":")
 	start := time.Now()
+	// The gateway's own answer: 408 request_timeout, not the service's
+	// failure (503) nor an empty 200.
+	rd := bufio.NewReader(conn)
+	_ = conn.SetReadDeadline(time.Now().Add(6 * time.Second))
+	resp, err := http.ReadResponse(rd, nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	var m map[string]any
+	json.NewDecoder(resp.Body).Decode(&m)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || m["code"] != "request_timeout" {
+		t.Fatalf("stalled body: %d %v, want 408 request_timeout", resp.StatusCode, m)
+	}
+	_ = conn.SetReadDeadline(time.Time{})
 	if !closedWithin(t, conn, 6*time.Second, time.Hour, nil) {
 		t.Fatal("a stalled request body held the connection for 6s (body idle timeout 1s)")
 	}
@@ -87,11 +102,11 @@ func TestStalledBodyCutOff(t *testing.T) {
 	}()
 	req, _ := http.NewRequest("POST", g.url+"/signin", pr)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m map[string]any
+	m = nil
 	json.NewDecoder(resp.Body).Decode(&m)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || m["bodyLen"] != float64(20) {
@@ -209,4 +224,41 @@ func TestIdleConnectionFlood(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// A service that takes a cut body for a whole one (it reads until the
+// connection ends and answers 200) never gets its 2xx through: an upload
+// that did not arrive whole is answered 408 by the gateway.
+func TestStalledUploadNever2xx(t *testing.T) {
+	lenient := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // the error is ignored
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"stored":true}`)
+	})
+	g := runGateway(t, map[string]http.Handler{"auth": &fakeAuth{}, "files": lenient}, io.Discard,
+		map[string]string{"GATEWAY_BODY_IDLE_TIMEOUT": "1s"})
+	for _, framing := range []string{"Content-Length: 1000", "Transfer-Encoding: chunked"} {
+		conn, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\npartial"
+		if strings.HasPrefix(framing, "Transfer") {
+			body = fmt.Sprintf("%x\r\n%s\r\n", len(body), body)
+		}
+		fmt.Fprintf(conn, "POST /upload/file HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: sessionId=%s\r\nContent-Type: multipart/form-data; boundary=b\r\n%s\r\n\r\n%s",
+			userCookie, framing, body)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer: %v", framing, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		conn.Close()
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"request_timeout"`) {
+			t.Fatalf("%s: a stalled upload was answered %d %s, want 408 request_timeout", framing, resp.StatusCode, b)
+		}
+	}
 }

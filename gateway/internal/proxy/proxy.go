@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,8 +100,12 @@ type Config struct {
 	Keys           *sessions.Resolver
 	Signer         *identity.Signer
 	AllowedOrigins []string
-	Log            *slog.Logger
-	TokenTTL       time.Duration // lifetime of signed tokens; cached for half of it
+	// Public is the gateway's own origins (GATEWAY_PUBLIC_URL): an Origin
+	// is the gateway's own when it is one of them, scheme, host and port
+	// alike (see Origins.Own). Nil: only IP-address and localhost hosts.
+	Public   *Origins
+	Log      *slog.Logger
+	TokenTTL time.Duration // lifetime of signed tokens; cached for half of it
 	// BodyLimits bound request bodies, keyed "auth", "logs", "files"
 	// (non-upload routes), "upload" (/upload/file and /uploads/) and "image"
 	// (/upload/image). Larger bodies get 413 here: a service that refuses a
@@ -110,13 +113,17 @@ type Config struct {
 	// proxy would only see a broken write. Keep each at most the service's
 	// own limit.
 	BodyLimits map[string]int64
-	// Streams, when set, ends every server-sent-event stream (requests
-	// accepting text/event-stream) when it is done: the gateway cancels it
-	// as shutdown begins, so live tails do not hold the shutdown for its
-	// whole grace period. Other requests are not affected.
+	// Streams, when set, ends every server-sent-event stream (answers of
+	// type text/event-stream, whatever the request's Accept) when it is
+	// done: the gateway cancels it as shutdown begins, so live tails do not
+	// hold the shutdown for its whole grace period. Other requests are not
+	// affected.
 	Streams context.Context
-	// StreamRecheck is how often a session's stream re-checks its session
-	// (default 2s).
+	// StreamRecheck is how often a request that is still running re-checks
+	// its session or API key (default 2s): every answer that lasts longer
+	// than this (a live tail, a long download or upload) ends once its
+	// credential is signed out, revoked, expired or its user's role
+	// changed. Server-sent events are also checked before every write.
 	StreamRecheck time.Duration
 	// Handoff, when set, sends stored files itself: the files service
 	// answers a GET that offers it with headers and a presigned GET of the
@@ -150,14 +157,20 @@ const (
 )
 
 type target struct {
-	group   *upstream.Group
-	token   string
-	rid     string
-	service string
-	hash    string // session cookie hash, for eviction after auth changes
-	body    *limitedBody
-	preKey  string    // prefetch.go: the request's key, "" when not eligible
-	pre     *prefetch // the object fetch started with the request, if any
+	client context.Context // the client's request context
+	cancel context.CancelCauseFunc
+	watch  *credWatch  // the session or key re-checked while the request runs; nil: anonymous
+	stream atomic.Bool // the answer is a server-sent event stream
+	// stopShutdown unregisters the stream from Config.Streams.
+	stopShutdown func() bool
+	group        *upstream.Group
+	token        string
+	rid          string
+	service      string
+	hash         string // session cookie hash, for eviction after auth changes
+	body         *limitedBody
+	preKey       string    // prefetch.go: the request's key, "" when not eligible
+	pre          *prefetch // the object fetch started with the request, if any
 }
 
 // limitedBody fails a request body (chunked, so of unknown length) once it
@@ -166,6 +179,7 @@ type limitedBody struct {
 	rc      io.ReadCloser
 	left    int64
 	tripped atomic.Bool
+	failed  atomic.Bool // a read failed (not io.EOF): the body is not whole
 }
 
 var errBodyTooLarge = errors.New("request body too large")
@@ -179,6 +193,9 @@ func (l *limitedBody) Read(p []byte) (int, error) {
 		p = p[:l.left+1] // read one byte past to detect an overrun
 	}
 	n, err := l.rc.Read(p)
+	if err != nil && err != io.EOF {
+		l.failed.Store(true)
+	}
 	l.left -= int64(n)
 	if l.left < 0 {
 		l.tripped.Store(true)
@@ -226,6 +243,22 @@ func New(cfg Config) *Handler {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(keyTarget).(*target)
+			// A body the client stalled, cut or sent past the limit never
+			// reached the service whole: whatever it answered (a service
+			// may take a cut body for a complete one), the client gets the
+			// gateway's error (ErrorHandler), never a 2xx.
+			if bodyFailed(resp.Request.Context()) || t.body != nil && (t.body.tripped.Load() || t.body.failed.Load()) {
+				return errBodyIncomplete // ReverseProxy closes the body
+			}
+			if isEventStream(resp.Header.Get("Content-Type")) {
+				// A live stream, whatever the request's Accept: its writes
+				// are checked against the credential (gateWriter), and it
+				// ends as shutdown begins.
+				t.stream.Store(true)
+				if h.cfg.Streams != nil {
+					t.stopShutdown = context.AfterFunc(h.cfg.Streams, func() { t.cancel(errShutdown) })
+				}
+			}
 			if err := h.takeHandoff(resp, t); err != nil {
 				return err
 			}
@@ -240,17 +273,36 @@ func New(cfg Config) *Handler {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-				return // the client went away
-			}
 			t, _ := r.Context().Value(keyTarget).(*target)
 			svc := ""
 			if t != nil {
 				svc = t.service
-				if t.body != nil && t.body.tripped.Load() {
-					writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", "request body too large")
-					return
+			}
+			switch {
+			case bodyStalled(r.Context()):
+				// The client stopped sending its body (WatchBody): the
+				// gateway's own timeout, not the service's failure.
+				w.Header().Set("Connection", "close")
+				writeError(w, http.StatusRequestTimeout, "request_timeout", "the request body stopped arriving before it was complete")
+				return
+			case t != nil && t.body != nil && t.body.tripped.Load():
+				writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", "request body too large")
+				return
+			case t != nil && t.watch != nil && context.Cause(r.Context()) == errRevoked:
+				t.watch.refuse(w)
+				return
+			case t != nil && context.Cause(r.Context()) == errShutdown:
+				writeError(w, http.StatusServiceUnavailable, "shutting_down", "the gateway is shutting down, try again")
+				return
+			case bodyFailed(r.Context()) || errors.Is(err, errBodyIncomplete) || t != nil && t.body != nil && t.body.failed.Load():
+				if t != nil && t.client.Err() != nil {
+					return // the client went away mid-body: nobody to answer
 				}
+				w.Header().Set("Connection", "close")
+				writeError(w, http.StatusBadRequest, "incomplete_body", "the request body did not arrive whole")
+				return
+			case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+				return // the client went away
 			}
 			// No usable replica (every one down, or none resolved) within
 			// GATEWAY_RETRY_WAIT (the balancer holds a request that was
@@ -260,6 +312,11 @@ func New(cfg Config) *Handler {
 			cfg.Log.WarnContext(r.Context(), "upstream unreachable", "upstream", svc, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "the "+svc+" service is unavailable, try again shortly")
 		},
+	}
+	if cfg.Log != nil {
+		// A stream cut on purpose (credential revoked, shutdown) or by the
+		// client is logged as one JSON line, not on bare stderr.
+		h.rp.ErrorLog = slog.NewLogLogger(cfg.Log.Handler(), slog.LevelInfo)
 	}
 	return h
 }
@@ -466,23 +523,40 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rid string) stri
 		lb = &limitedBody{rc: r.Body, left: limit}
 		r.Body = lb
 	}
-	t := &target{group: group, token: tok, rid: rid, service: route.Service, hash: hash, body: lb, preKey: preKey, pre: pre}
-	ctx := context.WithValue(r.Context(), keyTarget, t)
-	if h.cfg.Streams != nil && strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(h.cfg.Streams, cancel)
-		defer stop()
-		if streamSID != "" {
-			// A stream outlives the check made when it opened: re-check the
-			// session (cached, and fenced against revocations) every few
-			// seconds, and end the stream once the session is signed out,
-			// revoked or expired, or the user's role or identity changed.
-			go h.recheckStream(ctx, cancel, h.cfg.Resolver, streamSID, claims)
-		} else if streamKey != "" {
-			go h.recheckStream(ctx, cancel, h.cfg.Keys, streamKey, claims) // likewise for a revoked key
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	t := &target{client: r.Context(), cancel: cancel, group: group, token: tok, rid: rid, service: route.Service,
+		hash: hash, body: lb, preKey: preKey, pre: pre}
+	defer func() {
+		if t.stopShutdown != nil {
+			t.stopShutdown()
 		}
+	}()
+	ctx = context.WithValue(ctx, keyTarget, t)
+	if streamSID != "" {
+		t.watch = &credWatch{res: h.cfg.Resolver, cred: streamSID, claims: claims}
+	} else if streamKey != "" {
+		t.watch = &credWatch{res: h.cfg.Keys, cred: streamKey, claims: claims, key: true}
+	}
+	if t.watch != nil {
+		// An answer outlives the check made when it began: once a request
+		// has run for StreamRecheck (a live tail, whatever its Accept or
+		// content type; a long download or upload), its session or key is
+		// checked again (cached, and fenced against revocations) every
+		// StreamRecheck, and the request ends once the session is signed
+		// out, revoked or expired, the key revoked, or the user's identity
+		// or role changed. Short requests never start the check.
+		every := h.cfg.StreamRecheck
+		if every <= 0 {
+			every = 2 * time.Second
+		}
+		rctx := sessions.WithClientIP(ctx, claims.ClientIP)
+		timer := time.AfterFunc(every, func() { h.recheck(rctx, t, every) })
+		defer timer.Stop()
+		// Server-sent events are checked before every write as well
+		// (gateWriter): nothing published after a revocation reaches the
+		// client, however soon after.
+		w = &gateWriter{ResponseWriter: w, h: h, t: t, ctx: rctx}
 	}
 	// Server-sent events: ReverseProxy flushes each write (text/event-stream),
 	// the server has no write timeout, and the client going away cancels
@@ -545,27 +619,26 @@ func (h *Handler) apiKey(w http.ResponseWriter, r *http.Request, route Route, au
 	return id, true
 }
 
-// recheckStream ends a session's stream (cancel) when the session no
-// longer resolves to the same user and role. A failure to reach auth keeps
-// the stream: it is checked again at the next tick.
-func (h *Handler) recheckStream(ctx context.Context, cancel context.CancelFunc, res *sessions.Resolver, sid string, claims identity.Claims) {
-	every := h.cfg.StreamRecheck
-	if every <= 0 {
-		every = 2 * time.Second
+// recheck ends t's request (cancel with errRevoked) when its credential no
+// longer resolves to the same user and role, checking every interval until
+// the request ends. A failure to reach auth keeps the request: it is
+// checked again at the next tick.
+func (h *Handler) recheck(ctx context.Context, t *target, every time.Duration) {
+	if ctx.Err() != nil {
+		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
 	for {
+		if !t.watch.valid(ctx) {
+			h.cfg.Log.InfoContext(ctx, "request ended: its credential was revoked or changed")
+			t.cancel(errRevoked)
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		id, err := res.Resolve(ctx, sid)
-		if errors.Is(err, sessions.ErrInvalid) || err == nil && (id.UserID != claims.Subject || id.Role != claims.Role) {
-			h.cfg.Log.InfoContext(ctx, "stream ended: the session changed")
-			cancel()
-			return
+		case <-tick.C:
 		}
 	}
 }
@@ -613,6 +686,9 @@ func sessionFrom(r *http.Request) (sid string, status int, code, msg string) {
 		return sid, 0, "", ""
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, 64<<10+1))
+	if err != nil && bodyStalled(r.Context()) {
+		return "", http.StatusRequestTimeout, "request_timeout", "the request body stopped arriving before it was complete"
+	}
 	if err != nil {
 		return "", http.StatusBadRequest, "bad_body", "request body could not be read"
 	}
@@ -662,7 +738,8 @@ func stripIdentityHeaders(h http.Header) {
 }
 
 // originAllowed refuses unsafe cross-origin requests from origins that are
-// not configured, and sets CORS headers for the configured ones.
+// neither the gateway's own (Config.Public) nor configured, and sets CORS
+// headers for the configured ones.
 func (h *Handler) originAllowed(w http.ResponseWriter, r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -682,8 +759,8 @@ func (h *Handler) originAllowed(w http.ResponseWriter, r *http.Request) bool {
 		}
 		return true
 	}
-	if sameOrigin(origin, r) {
-		return true
+	if h.cfg.Public.Own(origin, r) {
+		return true // scheme, host and port: https://host is not http://host's
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
@@ -713,14 +790,6 @@ func (h *Handler) crossSiteUnsafe(r *http.Request) bool {
 		return false
 	}
 	return true // cross-site, or same-site from another origin (a sibling subdomain)
-}
-
-func sameOrigin(origin string, r *http.Request) bool {
-	u, err := url.Parse(origin)
-	if err != nil {
-		return false
-	}
-	return u.Host == r.Host
 }
 
 func clientIP(r *http.Request) string {

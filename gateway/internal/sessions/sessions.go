@@ -38,6 +38,9 @@ type Identity struct {
 	KeyID   string
 	Scopes  []string
 	expires time.Time
+	// notAfter is when the session or key itself expires as auth said
+	// (zero: never): a cached entry never outlives it.
+	notAfter time.Time
 }
 
 // HasScope reports whether an API key's identity carries scope.
@@ -170,6 +173,9 @@ func (r *Resolver) Resolve(ctx context.Context, sessionID string) (Identity, err
 		id, err := r.ask(ctx, sessionID)
 		if err == nil && r.ttl > 0 {
 			id.expires = time.Now().Add(r.ttl)
+			if !id.notAfter.IsZero() && id.notAfter.Before(id.expires) {
+				id.expires = id.notAfter
+			}
 			r.mu.Lock()
 			if r.gen[h] == gen && r.epoch == epoch { // not revoked while we asked
 				r.byHash[h] = id
@@ -188,11 +194,13 @@ type msMeAnswer struct {
 	Message string          `json:"message"`
 	User    json.RawMessage `json:"user"`
 	Session struct {
-		ID string `json:"id"`
+		ID        string     `json:"id"`
+		ExpiresAt *time.Time `json:"expiresAt"`
 	} `json:"session"`
 	APIKey struct {
-		ID     string   `json:"id"`
-		Scopes []string `json:"scopes"`
+		ID        string     `json:"id"`
+		Scopes    []string   `json:"scopes"`
+		ExpiresAt *time.Time `json:"expiresAt"`
 	} `json:"apiKey"`
 }
 
@@ -236,9 +244,16 @@ func (r *Resolver) ask(ctx context.Context, sessionID string) (Identity, error) 
 			return Identity{}, fmt.Errorf("%w: bad %s answer", ErrUnavailable, path)
 		}
 		if r.keys {
-			return Identity{UserID: u.ID, Role: u.RoleName, KeyID: a.APIKey.ID, Scopes: a.APIKey.Scopes, Hash: Hash(sessionID)}, nil
+			id := Identity{UserID: u.ID, Role: u.RoleName, KeyID: a.APIKey.ID, Scopes: a.APIKey.Scopes, Hash: Hash(sessionID)}
+			if a.APIKey.ExpiresAt != nil {
+				id.notAfter = *a.APIKey.ExpiresAt
+			}
+			return id, nil
 		}
 		id := Identity{UserID: u.ID, Role: u.RoleName, SessionID: a.Session.ID, Hash: Hash(sessionID)}
+		if a.Session.ExpiresAt != nil {
+			id.notAfter = *a.Session.ExpiresAt
+		}
 		if me, err := json.Marshal(meAnswer{Message: a.Message, User: a.User}); err == nil {
 			id.Me = me
 		}

@@ -116,8 +116,10 @@ type SessionStore interface {
 	CountLive(ctx context.Context, now, idleBefore time.Time) (int64, error)
 }
 
-// ThrottleRule limits failures of one key: Max failures within Window lock
-// the key for Lock, doubling with each further lock up to LockMax.
+// ThrottleRule limits attempts of one key: at most Max attempts are
+// admitted in each fixed window of Window; the attempt that finds them all
+// taken locks the key for Lock, doubling with each further lock up to
+// LockMax (Lock <= 0: refused until the window ends). Max <= 0 is off.
 type ThrottleRule struct {
 	Max     int
 	Window  time.Duration
@@ -125,17 +127,33 @@ type ThrottleRule struct {
 	LockMax time.Duration
 }
 
-// ThrottleStore counts sign-in failures per key, shared by every replica.
+// Ticket is one admitted attempt of a throttle key: it counts until it is
+// released (the attempt did not fail). Fresh: the key had no other attempt
+// and no lock when it was admitted (a success then needs no Reset).
+type Ticket struct {
+	Key   string
+	Slot  string
+	Fresh bool
+}
+
+// ThrottleStore admits attempts per key, shared by every replica. Attempts
+// are admitted before the work they guard (a password hash, a code check, a
+// mail), so that N concurrent attempts never do the work more than Max
+// times in a window, on every server the store runs on.
 type ThrottleStore interface {
-	// Check returns, for each existing key, the time its lock ends (zero or
-	// past when not locked).
+	// Admit reserves one attempt of key under rule: a Ticket, or
+	// *ThrottledError when the key is locked or its attempts are used up.
+	Admit(ctx context.Context, key string, rule ThrottleRule, now time.Time) (Ticket, error)
+	// Release gives an admitted attempt back (it did not fail).
+	Release(ctx context.Context, t Ticket) error
+	// Check returns, for each key with state, the time its lock ends (zero
+	// or past when not locked). It reserves nothing.
 	Check(ctx context.Context, keys []string) (map[string]time.Time, error)
-	// Fail records one failure of key under rule.
-	Fail(ctx context.Context, key string, rule ThrottleRule, now time.Time) error
-	// Reset forgets key.
-	Reset(ctx context.Context, key string) error
-	// Forget removes keys with no failure and no lock since before.
-	Forget(ctx context.Context, before time.Time) error
+	// Reset forgets key's attempts and locks.
+	Reset(ctx context.Context, key string, now time.Time) error
+	// Forget removes attempts whose window ended by now, and keys with no
+	// attempt and no lock since before.
+	Forget(ctx context.Context, now, before time.Time) error
 }
 
 // Revocation names what cached identities must be dropped: sessions by the

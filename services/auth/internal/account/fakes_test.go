@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -151,11 +152,39 @@ func (f *sessionStore) CountLive(ctx context.Context, now, idleBefore time.Time)
 	return f.CountLiveFn(ctx, now, idleBefore)
 }
 
+// throttleStore admits every attempt unless CheckFn names its key locked
+// or FailFn fails; FailFn sees every attempt counted (admitted), and the
+// store records what was admitted and given back.
 type throttleStore struct {
 	CheckFn  func(ctx context.Context, keys []string) (map[string]time.Time, error)
 	FailFn   func(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) error
 	ResetFn  func(ctx context.Context, key string) error
-	ForgetFn func(ctx context.Context, before time.Time) error
+	ForgetFn func(ctx context.Context, now, before time.Time) error
+	admitted []string // keys, in order
+	released []string // keys, in order
+}
+
+func (f *throttleStore) Admit(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) (account.Ticket, error) {
+	locks, err := f.Check(ctx, []string{key})
+	if err != nil {
+		return account.Ticket{}, err
+	}
+	if until, ok := locks[key]; ok && until.After(now) {
+		return account.Ticket{}, &account.ThrottledError{RetryAfter: until.Sub(now)}
+	}
+	if f.FailFn != nil {
+		if err := f.FailFn(ctx, key, rule, now); err != nil {
+			return account.Ticket{}, err
+		}
+	}
+	f.admitted = append(f.admitted, key)
+	// Not fresh: a success resets the key (what the tests look for).
+	return account.Ticket{Key: key, Slot: key + "#1"}, nil
+}
+
+func (f *throttleStore) Release(_ context.Context, t account.Ticket) error {
+	f.released = append(f.released, t.Key)
+	return nil
 }
 
 func (f *throttleStore) Check(ctx context.Context, keys []string) (map[string]time.Time, error) {
@@ -165,26 +194,34 @@ func (f *throttleStore) Check(ctx context.Context, keys []string) (map[string]ti
 	return f.CheckFn(ctx, keys)
 }
 
-func (f *throttleStore) Fail(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) error {
-	if f.FailFn == nil {
-		return nil
-	}
-	return f.FailFn(ctx, key, rule, now)
-}
-
-func (f *throttleStore) Reset(ctx context.Context, key string) error {
+func (f *throttleStore) Reset(ctx context.Context, key string, _ time.Time) error {
 	if f.ResetFn == nil {
 		return nil
 	}
 	return f.ResetFn(ctx, key)
 }
 
-func (f *throttleStore) Forget(ctx context.Context, before time.Time) error {
+func (f *throttleStore) Forget(ctx context.Context, now, before time.Time) error {
 	if f.ForgetFn == nil {
 		return nil
 	}
-	return f.ForgetFn(ctx, before)
+	return f.ForgetFn(ctx, now, before)
 }
+
+// counted lists the keys admitted and not given back: the attempts that
+// counted as failures.
+func (f *throttleStore) counted() []string {
+	out := slices.Clone(f.admitted)
+	for _, r := range f.released {
+		if i := slices.Index(out, r); i >= 0 {
+			out = slices.Delete(out, i, i+1)
+		}
+	}
+	return out
+}
+
+// reset forgets what was admitted and released.
+func (f *throttleStore) clear() { f.admitted, f.released = nil, nil }
 
 // publisher records the revocations announced.
 type publisher struct {

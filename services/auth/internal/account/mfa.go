@@ -426,32 +426,31 @@ func (s *Service) DisableTOTP(ctx context.Context, c Caller, pw, code string) er
 	if !u.MFAEnabled {
 		return ErrMFANotEnabled
 	}
+	// Admitted before the hash (see SignIn): a wrong password or code
+	// keeps the ticket (it counts), anything else gives it back.
 	acct := accountKey(NormalizeEmail(u.Email))
-	if _, err := s.checkThrottle(ctx, []string{acct}); err != nil {
+	adm, err := s.admit(ctx, throttleKey{acct, s.cfg.Account})
+	if err != nil {
 		return err
-	}
-	fail := func(e error) error {
-		if err := s.throttleFail(ctx, throttleKey{acct, s.cfg.Account}); err != nil {
-			return err
-		}
-		return e
 	}
 	ok := false
 	if len(pw) <= password.MaxLength {
 		ok, _, err = s.hasher.Verify(ctx, pw, u.PasswordHash)
 		if err != nil && !errors.Is(err, password.ErrMalformedHash) {
+			s.release(ctx, adm)
 			return err
 		}
 	}
 	if !ok {
-		return fail(ErrWrongPassword)
+		return ErrWrongPassword
 	}
 	if _, err := s.useCode(ctx, u.ID, code); err != nil {
-		if errors.Is(err, ErrInvalidCode) {
-			return fail(err)
+		if !errors.Is(err, ErrInvalidCode) {
+			s.release(ctx, adm)
 		}
 		return err
 	}
+	s.release(ctx, adm)
 	return s.dropFactor(ctx, u, Event{Type: EventMFADisabled, Actor: u.ID, Client: c.Client})
 }
 
@@ -545,31 +544,28 @@ func (s *Service) SignInMFA(ctx context.Context, challenge, code string, c Clien
 		restore()
 		return "", Session{}, User{}, "", err
 	}
+	// Admitted before the code is checked (see SignIn): concurrent
+	// guesses cannot check more codes than the limit between them.
 	acct := accountKey(NormalizeEmail(u.Email))
-	keys := []string{acct}
-	if c.IP != "" {
-		keys = append(keys, addressKey(c.IP))
-	}
-	if _, err := s.checkThrottle(ctx, keys); err != nil {
+	adm, err := s.admit(ctx, s.signInKeys(acct, c.IP)...)
+	if err != nil {
 		restore()
 		return "", Session{}, u, "", err
 	}
 	kind, err := s.useCode(ctx, u.ID, code)
 	if errors.Is(err, ErrMFANotEnabled) {
+		s.release(ctx, adm)
 		return "", Session{}, u, "", ErrInvalidChallenge // reset meanwhile: sign in again
 	}
 	if err != nil {
 		restore()
-		if errors.Is(err, ErrInvalidCode) {
-			if ferr := s.countSignInFailure(ctx, keys, acct); ferr != nil {
-				return "", Session{}, u, "", ferr
-			}
+		if !errors.Is(err, ErrInvalidCode) {
+			s.release(ctx, adm) // undecided; a wrong code keeps its tickets
 		}
 		return "", Session{}, u, "", err
 	}
-	if err := s.throttleReset(ctx, acct); err != nil {
-		s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
-	}
+	// A complete sign-in forgets the account's failures.
+	s.succeeded(ctx, adm, acct)
 	secret, sess, err := s.newSession(ctx, u.ID, c, true)
 	return secret, sess, u, kind, err
 }

@@ -92,6 +92,13 @@ type PasskeyConfig struct {
 	Origins     []string // the console's origins, e.g. https://app.example.com
 	CeremonyTTL time.Duration
 	MaxPerUser  int
+	// StartAddress limits sign-in ceremonies begun per client address
+	// (anonymous: every begin counts); Max <= 0 is off.
+	StartAddress ThrottleRule
+	// MaxPending caps the sign-in ceremonies begun and not finished in
+	// each CeremonyTTL window, from every address together (so at most
+	// twice this many are stored at once); <= 0 is no cap.
+	MaxPending int
 }
 
 // ValidatePasskeyConfig checks that the origins are http(s) origins on the
@@ -185,8 +192,9 @@ type PasskeyCeremony struct {
 	Options   any
 }
 
-// newCeremony stores a ceremony's session data as a single-use token.
-func (s *Service) newCeremony(ctx context.Context, purpose, userID string, sd *webauthn.SessionData, options any) (PasskeyCeremony, error) {
+// newCeremony stores a ceremony's session data as a single-use token;
+// slot is the throttle slot the ceremony holds until it is finished.
+func (s *Service) newCeremony(ctx context.Context, purpose, userID string, sd *webauthn.SessionData, options any, slot string) (PasskeyCeremony, error) {
 	data, err := json.Marshal(sd)
 	if err != nil {
 		return PasskeyCeremony{}, err
@@ -194,7 +202,7 @@ func (s *Service) newCeremony(ctx context.Context, purpose, userID string, sd *w
 	secret := base64.RawURLEncoding.EncodeToString(randomBytes(32))
 	t := s.now()
 	exp := t.Add(s.passkeys.cfg.CeremonyTTL)
-	if err := s.passkeys.tokens.Create(ctx, Token{ID: HashSecret(secret), Purpose: purpose, UserID: userID, CreatedAt: t, ExpiresAt: exp, Data: data}); err != nil {
+	if err := s.passkeys.tokens.Create(ctx, Token{ID: HashSecret(secret), Purpose: purpose, UserID: userID, CreatedAt: t, ExpiresAt: exp, Data: data, Slot: slot}); err != nil {
 		return PasskeyCeremony{}, err
 	}
 	return PasskeyCeremony{ID: secret, ExpiresAt: exp, Options: options}, nil
@@ -213,6 +221,11 @@ func (s *Service) takeCeremony(ctx context.Context, id, purpose string) (Token, 
 	}
 	if err != nil {
 		return Token{}, sd, err
+	}
+	if tok.Slot != "" { // finished: the ceremony no longer counts as pending
+		if err := s.throttle.Release(context.WithoutCancel(ctx), Ticket{Slot: tok.Slot}); err != nil {
+			s.log.WarnContext(ctx, "release ceremony slot", "err", err)
+		}
 	}
 	if err := json.Unmarshal(tok.Data, &sd); err != nil {
 		return Token{}, sd, ErrInvalidCeremony
@@ -271,7 +284,7 @@ func (s *Service) BeginPasskeyRegistration(ctx context.Context, c Caller) (Passk
 	if err != nil {
 		return PasskeyCeremony{}, err
 	}
-	return s.newCeremony(ctx, PurposePasskeyRegister, u.ID, sd, creation.Response)
+	return s.newCeremony(ctx, PurposePasskeyRegister, u.ID, sd, creation.Response, "")
 }
 
 // FinishPasskeyRegistration verifies the authenticator's answer (response
@@ -354,17 +367,51 @@ func (s *Service) RemovePasskey(ctx context.Context, c Caller, id string) error 
 
 // BeginPasskeySignIn starts a sign-in with a discoverable credential: no
 // user is named, the authenticator offers the passkeys it holds for the
-// relying party.
-func (s *Service) BeginPasskeySignIn(ctx context.Context) (PasskeyCeremony, error) {
+// relying party. Anyone may begin one and each is stored until it is
+// finished or expires, so begins are limited per client address
+// (StartAddress) and the unfinished ones are capped (MaxPending):
+// *ThrottledError past either.
+func (s *Service) BeginPasskeySignIn(ctx context.Context, c Client) (PasskeyCeremony, error) {
 	if s.passkeys == nil {
 		return PasskeyCeremony{}, ErrPasskeysDisabled
 	}
-	assertion, sd, err := s.passkeys.wa.BeginDiscoverableLogin(webauthn.WithUserVerification(protocol.VerificationRequired))
+	cfg := s.passkeys.cfg
+	var keys []throttleKey
+	if c.IP != "" {
+		keys = append(keys, throttleKey{ceremonyAddressKey(c.IP), cfg.StartAddress})
+	}
+	pending := throttleKey{pendingCeremoniesKey, ThrottleRule{Max: cfg.MaxPending, Window: cfg.CeremonyTTL}}
+	keys = append(keys, pending)
+	adm, err := s.admit(ctx, keys...)
 	if err != nil {
+		var te *ThrottledError
+		if errors.As(err, &te) {
+			te.What = "too many passkey sign-ins begun"
+		}
 		return PasskeyCeremony{}, err
 	}
-	return s.newCeremony(ctx, PurposePasskeySignIn, "", sd, assertion.Response)
+	var slot string
+	for _, tk := range adm {
+		if tk.Key == pendingCeremoniesKey {
+			slot = tk.Slot
+		}
+	}
+	assertion, sd, err := s.passkeys.wa.BeginDiscoverableLogin(webauthn.WithUserVerification(protocol.VerificationRequired))
+	if err == nil {
+		var pc PasskeyCeremony
+		if pc, err = s.newCeremony(ctx, PurposePasskeySignIn, "", sd, assertion.Response, slot); err == nil {
+			return pc, nil
+		}
+	}
+	s.release(ctx, adm)
+	return PasskeyCeremony{}, err
 }
+
+// pendingCeremoniesKey is the throttle key whose slots are the unfinished
+// passkey sign-in ceremonies (PasskeyConfig.MaxPending).
+const pendingCeremoniesKey = "ceremony-pending"
+
+func ceremonyAddressKey(ip string) string { return "ceremony-" + addressKey(ip) }
 
 // FinishPasskeySignIn verifies a sign-in ceremony's assertion (response is
 // the PublicKeyCredential as JSON) and opens a session, as a password and a
@@ -374,7 +421,12 @@ func (s *Service) BeginPasskeySignIn(ctx context.Context) (PasskeyCeremony, erro
 // account once the passkey is known, like failed sign-ins; a sign count that
 // did not advance marks the passkey (a copy may exist) and refuses it.
 func (s *Service) FinishPasskeySignIn(ctx context.Context, ceremony string, response []byte, c Client) (string, Session, User, Passkey, error) {
+	// The attempt is admitted (address, then account once the passkey
+	// names it) before the assertion is checked; a refused assertion keeps
+	// its tickets (they count), anything undecided gives them back.
+	var adm admission
 	fail := func(u User, p Passkey, err error) (string, Session, User, Passkey, error) {
+		s.release(ctx, adm)
 		return "", Session{}, u, p, err
 	}
 	if s.passkeys == nil {
@@ -383,22 +435,19 @@ func (s *Service) FinishPasskeySignIn(ctx context.Context, ceremony string, resp
 	if ceremony == "" {
 		return fail(User{}, Passkey{}, invalid("ceremony", "missing_field", "ceremony is required"))
 	}
-	var keys []string
 	if c.IP != "" {
-		keys = append(keys, addressKey(c.IP))
-		if _, err := s.checkThrottle(ctx, keys); err != nil {
+		a, err := s.admit(ctx, throttleKey{addressKey(c.IP), s.cfg.Address})
+		if err != nil {
 			return fail(User{}, Passkey{}, err)
 		}
+		adm = a
 	}
 	_, sd, err := s.takeCeremony(ctx, ceremony, PurposePasskeySignIn)
 	if err != nil {
 		return fail(User{}, Passkey{}, err)
 	}
-	refused := func(u User, p Passkey, acct string, e error) (string, Session, User, Passkey, error) {
-		if ferr := s.countSignInFailure(ctx, keys, acct); ferr != nil {
-			return fail(u, p, ferr)
-		}
-		return fail(u, p, e)
+	refused := func(u User, p Passkey, _ string, e error) (string, Session, User, Passkey, error) {
+		return "", Session{}, u, p, e
 	}
 	parsed, err := protocol.ParseCredentialRequestResponseBytes(response)
 	if err != nil {
@@ -419,11 +468,11 @@ func (s *Service) FinishPasskeySignIn(ctx context.Context, ceremony string, resp
 		return fail(User{}, p, err)
 	}
 	acct := accountKey(NormalizeEmail(u.Email))
-	keys = append(keys, acct)
-	locks, err := s.checkThrottle(ctx, keys)
+	a, err := s.admit(ctx, throttleKey{acct, s.cfg.Account})
 	if err != nil {
 		return fail(u, p, err)
 	}
+	adm = append(adm, a...)
 	prev := p.Credential.Authenticator.SignCount
 	// The warning is this attempt's: an earlier one stays on the passkey
 	// (CloneWarning, shown in its list) while later sign-ins that advance
@@ -456,13 +505,9 @@ func (s *Service) FinishPasskeySignIn(ctx context.Context, ceremony string, resp
 		return fail(u, p, err)
 	}
 	p.Credential, p.LastUsedAt = *cred, at
-	if _, seen := locks[acct]; seen {
-		if err := s.throttleReset(ctx, acct); err != nil {
-			s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
-		}
-	}
+	s.succeeded(ctx, adm, acct)
 	if s.mail != nil && s.mail.cfg.RequireVerify && !u.EmailVerified {
-		return fail(u, p, ErrEmailUnverified)
+		return "", Session{}, u, p, ErrEmailUnverified
 	}
 	secret, sess, err := s.newSession(ctx, u.ID, c, true)
 	return secret, sess, u, p, err

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -77,24 +78,52 @@ func (f *fakeTokens) Take(_ context.Context, id, purpose string, now time.Time) 
 func (f *fakeTokens) DeleteByUser(context.Context, string, string) error { return nil }
 func (f *fakeTokens) DeleteExpired(context.Context, time.Time) error     { return nil }
 
-// fakeThrottle records failures; CheckFn decides locks.
+// fakeThrottle admits every attempt unless CheckFn locks its key, and
+// keeps the tickets not given back.
 type fakeThrottle struct {
-	failed  []string
+	n       int
+	held    map[string]string // slot -> key
 	CheckFn func(keys []string) map[string]time.Time
 }
 
+func (f *fakeThrottle) Admit(_ context.Context, key string, _ ThrottleRule, now time.Time) (Ticket, error) {
+	if f.CheckFn != nil {
+		if until, ok := f.CheckFn([]string{key})[key]; ok && until.After(now) {
+			return Ticket{}, &ThrottledError{RetryAfter: until.Sub(now)}
+		}
+	}
+	if f.held == nil {
+		f.held = map[string]string{}
+	}
+	f.n++
+	slot := fmt.Sprintf("%s#%d", key, f.n)
+	f.held[slot] = key
+	return Ticket{Key: key, Slot: slot, Fresh: true}, nil
+}
+func (f *fakeThrottle) Release(_ context.Context, t Ticket) error {
+	delete(f.held, t.Slot)
+	return nil
+}
 func (f *fakeThrottle) Check(_ context.Context, keys []string) (map[string]time.Time, error) {
 	if f.CheckFn != nil {
 		return f.CheckFn(keys), nil
 	}
 	return map[string]time.Time{}, nil
 }
-func (f *fakeThrottle) Fail(_ context.Context, key string, _ ThrottleRule, _ time.Time) error {
-	f.failed = append(f.failed, key)
-	return nil
+func (f *fakeThrottle) Reset(context.Context, string, time.Time) error     { return nil }
+func (f *fakeThrottle) Forget(context.Context, time.Time, time.Time) error { return nil }
+
+// failed lists the sign-in keys (account, address) whose tickets were
+// kept: the attempts counted as failures.
+func (f *fakeThrottle) failed() []string {
+	var out []string
+	for _, k := range f.held {
+		if strings.HasPrefix(k, "account:") || strings.HasPrefix(k, "address:") {
+			out = append(out, k)
+		}
+	}
+	return out
 }
-func (f *fakeThrottle) Reset(context.Context, string) error     { return nil }
-func (f *fakeThrottle) Forget(context.Context, time.Time) error { return nil }
 
 // fakePasskeys keeps passkeys in a map; MarkClonedFn observes clone marks.
 type fakePasskeys struct {
@@ -236,7 +265,7 @@ func (r *passkeyRig) register(t *testing.T, a *authenticator.Authenticator, name
 func (r *passkeyRig) signIn(t *testing.T, a *authenticator.Authenticator) (string, []byte, Session, Passkey, error) {
 	t.Helper()
 	ctx := context.Background()
-	pc, err := r.svc.BeginPasskeySignIn(ctx)
+	pc, err := r.svc.BeginPasskeySignIn(ctx, Client{IP: "192.0.2.7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,8 +311,8 @@ func TestPasskeyRegisterAndSignIn(t *testing.T) {
 	if !stored.LastUsedAt.Equal(r.clock) || used.ID != p.ID || stored.Credential.Authenticator.SignCount != a.Creds[0].Count {
 		t.Fatalf("after sign-in: last used %v, count %d, authenticator at %d", stored.LastUsedAt, stored.Credential.Authenticator.SignCount, a.Creds[0].Count)
 	}
-	if len(r.throttle.failed) != 0 {
-		t.Fatalf("failures counted on success: %v", r.throttle.failed)
+	if len(r.throttle.failed()) != 0 {
+		t.Fatalf("failures counted on success: %v", r.throttle.failed())
 	}
 	// The excluded credential: one authenticator holds one passkey per
 	// account (the browser refuses; so does this authenticator).
@@ -313,7 +342,7 @@ func TestPasskeyCeremonies(t *testing.T) {
 			t.Fatalf("ceremony %q: %v", bad, err)
 		}
 	}
-	pc, _ := r.svc.BeginPasskeySignIn(ctx)
+	pc, _ := r.svc.BeginPasskeySignIn(ctx, Client{IP: "192.0.2.7"})
 	resp, _ = a.Get(options(t, pc))
 	r.clock = r.clock.Add(time.Minute) // the TTL
 	if _, _, _, _, err := r.svc.FinishPasskeySignIn(ctx, pc.ID, resp, Client{}); !errors.Is(err, ErrInvalidCeremony) {
@@ -351,13 +380,13 @@ func TestPasskeySignInRefusals(t *testing.T) {
 	a.Origin = "https://evil.example"
 	_, _, _, _, err := r.signIn(t, a)
 	wantPasskeyError(t, err, "passkey_failed")
-	if !slices.Contains(r.throttle.failed, acct) || !slices.Contains(r.throttle.failed, addressKey("192.0.2.7")) {
-		t.Fatalf("failures counted: %v", r.throttle.failed)
+	if !slices.Contains(r.throttle.failed(), acct) || !slices.Contains(r.throttle.failed(), addressKey("192.0.2.7")) {
+		t.Fatalf("failures counted: %v", r.throttle.failed())
 	}
 	a.Origin = testOrigin
 
 	// Malformed responses.
-	pc, _ := r.svc.BeginPasskeySignIn(ctx)
+	pc, _ := r.svc.BeginPasskeySignIn(ctx, Client{IP: "192.0.2.7"})
 	_, _, _, _, err = r.svc.FinishPasskeySignIn(ctx, pc.ID, []byte(`{"id":"x"}`), Client{})
 	wantPasskeyError(t, err, "invalid_passkey_response")
 

@@ -21,6 +21,11 @@ type Config struct {
 	Account        ThrottleRule  // failures per e-mail
 	Address        ThrottleRule  // failures per client address
 	ThrottleForget time.Duration // a quiet key is forgotten after this
+	// EmailAccount and EmailTarget limit address changes and verification
+	// mails (every request counts): per account, and per address written
+	// to, whoever asks.
+	EmailAccount ThrottleRule
+	EmailTarget  ThrottleRule
 }
 
 // Service implements the use cases.
@@ -112,68 +117,6 @@ func (s *Service) revoke(ctx context.Context, r Revocation) {
 	if s.pub != nil {
 		s.pub.Revoked(ctx, r)
 	}
-}
-
-// throttleKey is a throttle key and the rule its failures count under.
-type throttleKey struct {
-	key  string
-	rule ThrottleRule
-}
-
-// throttleFail counts one failure of each key under its rule (a rule with
-// Max <= 0 is off), and throttleReset forgets key; both announce what they
-// wrote (Revocation.Throttle, one message), whatever the store answered, so
-// no replica keeps serving the old state.
-func (s *Service) throttleFail(ctx context.Context, keys ...throttleKey) error {
-	var written []string
-	var err error
-	for _, k := range keys {
-		if k.rule.Max <= 0 {
-			continue
-		}
-		written = append(written, k.key)
-		if err = s.throttle.Fail(ctx, k.key, k.rule, s.now()); err != nil {
-			break
-		}
-	}
-	if len(written) > 0 {
-		s.revoke(ctx, Revocation{Throttle: written})
-	}
-	return err
-}
-
-func (s *Service) throttleReset(ctx context.Context, key string) error {
-	err := s.throttle.Reset(ctx, key)
-	s.revoke(ctx, Revocation{Throttle: []string{key}})
-	return err
-}
-
-// throttleLocks returns, for each key with throttle state, when its lock
-// ends: through the cache when there is one.
-func (s *Service) throttleLocks(ctx context.Context, keys []string) (map[string]time.Time, error) {
-	if s.cache == nil {
-		return s.throttle.Check(ctx, keys)
-	}
-	out := make(map[string]time.Time, len(keys))
-	for _, k := range keys {
-		st, err := s.cache.Throttle(ctx, k, s.loadThrottle)
-		if err != nil {
-			return nil, err
-		}
-		if st.Exists {
-			out[k] = st.LockedUntil
-		}
-	}
-	return out, nil
-}
-
-func (s *Service) loadThrottle(ctx context.Context, key string) (ThrottleState, error) {
-	m, err := s.throttle.Check(ctx, []string{key})
-	if err != nil {
-		return ThrottleState{}, err
-	}
-	t, ok := m[key]
-	return ThrottleState{Exists: ok, LockedUntil: t}, nil
 }
 
 // userWriteFailed announces a user change whose outcome is unknown (the
@@ -288,16 +231,19 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 	if in.Email == "" || len(in.Email) > maxEmail {
 		return "", Session{}, User{}, invalid("email", "invalid_email", "email must be a non-empty string of at most 254 bytes")
 	}
+	// The address is recorded in the audit trail even when unknown.
+	if err := checkChars("email", in.Email); err != nil {
+		return "", Session{}, User{}, err
+	}
 	if err := validatePassword("password", in.Password); err != nil {
 		return "", Session{}, User{}, err
 	}
 	email := NormalizeEmail(in.Email)
 	acct := accountKey(email)
-	keys := []string{acct}
-	if in.IP != "" {
-		keys = append(keys, addressKey(in.IP))
-	}
-	locks, err := s.checkThrottle(ctx, keys)
+	// The attempt is admitted (one slot per key) before the hash: past
+	// the limit it is refused without hashing, and concurrent guesses
+	// cannot hash more than the limit between them.
+	adm, err := s.admit(ctx, s.signInKeys(acct, in.IP)...)
 	if err != nil {
 		return "", Session{}, User{}, err
 	}
@@ -315,29 +261,24 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 		}
 	}
 	if err != nil {
+		s.release(ctx, adm) // undecided: not a failure
 		return "", Session{}, User{}, err
 	}
 	if !ok {
-		if err := s.countSignInFailure(ctx, keys, acct); err != nil {
-			return "", Session{}, User{}, err
-		}
-		return "", Session{}, User{}, ErrInvalidCredentials
+		return "", Session{}, User{}, ErrInvalidCredentials // the tickets stay: they count
 	}
 
 	// With a second factor, the right password only earns a challenge: the
-	// account's throttle is reset once the code is right too.
+	// account's failures are forgotten once the code is right too.
 	if u.MFAEnabled && s.mfa != nil && (s.mail == nil || !s.mail.cfg.RequireVerify || u.EmailVerified) {
+		s.release(ctx, adm)
 		ch, err := s.newChallenge(ctx, u)
 		if err != nil {
 			return "", Session{}, User{}, err
 		}
 		return "", Session{}, u, ch
 	}
-	if _, seen := locks[acct]; seen {
-		if err := s.throttleReset(ctx, acct); err != nil {
-			s.log.WarnContext(ctx, "reset sign-in throttle", "err", err)
-		}
-	}
+	s.succeeded(ctx, adm, acct)
 	if s.mail != nil && s.mail.cfg.RequireVerify && !u.EmailVerified {
 		return "", Session{}, u, ErrEmailUnverified
 	}
@@ -353,40 +294,6 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 	}
 	secret, sess, err := s.newSession(ctx, u.ID, in.Client, false)
 	return secret, sess, u, err
-}
-
-// countSignInFailure counts a failed sign-in (a wrong password, a wrong
-// second-factor code) against each throttle key: the account's rule for the
-// account key acct, the address rule for the others.
-func (s *Service) countSignInFailure(ctx context.Context, keys []string, acct string) error {
-	fails := make([]throttleKey, len(keys))
-	for i, k := range keys {
-		fails[i] = throttleKey{k, s.cfg.Address}
-		if k == acct {
-			fails[i].rule = s.cfg.Account
-		}
-	}
-	return s.throttleFail(ctx, fails...)
-}
-
-// checkThrottle returns ThrottledError if any key is locked, else the keys
-// that have throttle state.
-func (s *Service) checkThrottle(ctx context.Context, keys []string) (map[string]time.Time, error) {
-	locks, err := s.throttleLocks(ctx, keys)
-	if err != nil {
-		return nil, err
-	}
-	t := s.now()
-	var until time.Time
-	for _, l := range locks {
-		if l.After(until) {
-			until = l
-		}
-	}
-	if until.After(t) {
-		return nil, &ThrottledError{RetryAfter: until.Sub(t)}
-	}
-	return locks, nil
 }
 
 // Resolve returns the user and session behind a session secret, enforcing
@@ -439,12 +346,14 @@ type PasswordChange struct {
 }
 
 // SelfPatch is what a user may change about themselves; nil is unchanged.
+// CurrentPassword proves an address change (Password.Old does too).
 type SelfPatch struct {
-	Email     *string
-	FullName  *string
-	Sector    *string
-	AvatarURL *string
-	Password  *PasswordChange
+	Email           *string
+	FullName        *string
+	Sector          *string
+	AvatarURL       *string
+	Password        *PasswordChange
+	CurrentPassword *string
 }
 
 // NewSession is a session opened by an operation other than sign-in.
@@ -455,10 +364,15 @@ type NewSession struct {
 
 // UpdateSelf edits the caller. A password change needs the old password,
 // ends every session of the user and opens a new one for the caller, which
-// is returned.
+// is returned. An address change needs the current password too, and is
+// throttled per account and per new address; with mail on it answers the
+// same whether or not the address is taken (the outcome goes by mail).
 func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, *NewSession, error) {
 	if p.Email == nil && p.FullName == nil && p.Sector == nil && p.AvatarURL == nil && p.Password == nil {
 		return User{}, nil, ErrEmptyPatch
+	}
+	if p.CurrentPassword != nil && len(*p.CurrentPassword) > password.MaxLength {
+		return User{}, nil, invalid("currentPassword", "invalid_password", "currentPassword must be at most 1024 bytes")
 	}
 	var up UserPatch
 	if err := s.validatePatch(&up, p.Email, p.FullName, p.Sector, p.AvatarURL, nil); err != nil {
@@ -486,49 +400,79 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 	if err != nil {
 		return User{}, nil, err
 	}
-	// With mail on, a new address takes effect only once a link sent to
-	// it is opened (VerifyEmail); the current address is told.
-	var pendingEmail string
-	if s.mail != nil && up.Email != nil {
-		if *up.Email != u.Email {
-			if other, err := s.users.ByEmail(ctx, *up.Email); err == nil && other.ID != u.ID {
-				return User{}, nil, ErrEmailTaken
-			} else if err != nil && !errors.Is(err, ErrUserNotFound) {
-				return User{}, nil, err
+	// An address change (any difference from the stored address) needs
+	// the current password: a stolen session must not be able to move the
+	// account to an address the thief holds, nor probe which addresses
+	// have accounts.
+	emailChange := up.Email != nil && *up.Email != u.Email
+	var proof *string
+	if emailChange {
+		proof = p.CurrentPassword
+		if p.Password != nil {
+			if proof != nil && *proof != "" && *proof != *p.Password.Old {
+				return User{}, nil, invalid("currentPassword", "invalid_value", "currentPassword and password.old must be the same password")
 			}
-			pendingEmail = *up.Email
+			proof = p.Password.Old
 		}
-		up.Email = nil
+		if proof == nil || *proof == "" {
+			return User{}, nil, invalid("currentPassword", "missing_field", "currentPassword is required to change the e-mail address")
+		}
+	} else if p.Password != nil {
+		proof = p.Password.Old
 	}
-	if p.Password != nil {
+	var emailKeys []throttleKey
+	if emailChange {
+		emailKeys = s.emailThrottleKeys(u.ID, *up.Email)
+	}
+	if proof != nil {
 		// Guessing the current password through a stolen session counts
 		// against the account like failed sign-ins.
+		// Admitted before the hash (see SignIn); a wrong password keeps
+		// its ticket (it counts), anything else gives it back.
 		acct := accountKey(NormalizeEmail(u.Email))
-		if _, err := s.checkThrottle(ctx, []string{acct}); err != nil {
+		adm, err := s.admit(ctx, throttleKey{acct, s.cfg.Account})
+		if err != nil {
 			return User{}, nil, err
 		}
-		ok, _, err := s.hasher.Verify(ctx, *p.Password.Old, u.PasswordHash)
+		if err := s.checkEmailThrottle(ctx, emailKeys); err != nil {
+			s.release(ctx, adm)
+			return User{}, nil, err
+		}
+		ok, _, err := s.hasher.Verify(ctx, *proof, u.PasswordHash)
 		if err != nil && !errors.Is(err, password.ErrMalformedHash) {
+			s.release(ctx, adm)
 			return User{}, nil, err
 		}
 		if !ok {
-			if err := s.throttleFail(ctx, throttleKey{acct, s.cfg.Account}); err != nil {
-				return User{}, nil, err
-			}
 			return User{}, nil, ErrWrongPassword
 		}
+		s.release(ctx, adm)
+	}
+	if p.Password != nil {
 		h, err := s.hasher.Hash(ctx, *p.Password.New)
 		if err != nil {
 			return User{}, nil, err
 		}
 		up.PasswordHash = &h
 	}
-	if pendingEmail != "" {
-		if err := s.sendVerification(ctx, u, pendingEmail); err != nil {
+	if emailChange {
+		if err := s.countEmail(ctx, emailKeys); err != nil {
 			return User{}, nil, err
 		}
-		s.notifyEmailChange(ctx, u, pendingEmail)
-		s.event(ctx, Event{Type: EventEmailChangeAsked, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client, Detail: map[string]any{"to": pendingEmail}})
+	}
+	// With mail on, a new address takes effect only once a link sent to
+	// it is opened (VerifyEmail); the current address is told. Whether the
+	// new address belongs to another account is found out in the
+	// background: the answer is the same either way.
+	if s.mail != nil && up.Email != nil {
+		pending := *up.Email
+		up.Email = nil
+		if emailChange {
+			if err := s.sendEmailChange(ctx, u, pending); err != nil {
+				return User{}, nil, err
+			}
+			s.event(ctx, Event{Type: EventEmailChangeAsked, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client, Detail: map[string]any{"to": pending}})
+		}
 		if up.Empty() {
 			return u, nil, nil
 		}
@@ -704,5 +648,5 @@ func (s *Service) Sweep(ctx context.Context) error {
 	if n > 0 {
 		s.log.Info("expired sessions swept", "count", n)
 	}
-	return s.throttle.Forget(ctx, t.Add(-s.cfg.ThrottleForget))
+	return s.throttle.Forget(ctx, t, t.Add(-s.cfg.ThrottleForget))
 }

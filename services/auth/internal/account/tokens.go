@@ -33,6 +33,9 @@ type Token struct {
 	// Data is what the purpose keeps with the token (a WebAuthn
 	// ceremony's session data); nil for links.
 	Data []byte
+	// Slot is the throttle slot a ceremony holds while it is pending
+	// (ThrottleStore.Release gives it back when it is taken).
+	Slot string
 }
 
 // TokenStore keeps one-time tokens.
@@ -139,18 +142,12 @@ func (s *Service) ForgotPassword(ctx context.Context, email string, c Client) er
 	if c.IP != "" {
 		keys = append(keys, throttleKey{resetAddressKey(c.IP), s.mail.cfg.ResetAddress})
 	}
-	names := make([]string, len(keys))
-	for i, k := range keys {
-		names[i] = k.key
-	}
-	if _, err := s.checkThrottle(ctx, names); err != nil {
+	// Every request counts, admitted atomically (one slot per key).
+	if err := s.throttleFail(ctx, keys...); err != nil {
 		var te *ThrottledError
 		if errors.As(err, &te) {
 			te.What = "too many password reset requests"
 		}
-		return err
-	}
-	if err := s.throttleFail(ctx, keys...); err != nil {
 		return err
 	}
 	return s.background(ctx, func(ctx context.Context) {

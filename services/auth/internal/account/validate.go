@@ -4,6 +4,7 @@ import (
 	"net/mail"
 	"net/url"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/acme/platform/services/auth/internal/password"
@@ -24,7 +25,48 @@ const (
 // NormalizeEmail is the case-insensitive form e-mails are compared in.
 func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
+// forbiddenRune reports the characters no stored text may hold: every
+// control character (Unicode category Cc: U+0000-U+001F, U+007F-U+009F,
+// so also tab and newlines), the bidirectional embeddings and overrides
+// (U+202A-U+202E) and isolates (U+2066-U+2069), which reorder what follows
+// them on screen, the line and paragraph separators (U+2028, U+2029),
+// which break lines like a newline, and two invisible characters with no
+// use in a name or a label: the zero-width space (U+200B) and the
+// zero-width no-break space / byte order mark (U+FEFF). The joiners U+200C
+// and U+200D stay allowed (scripts and emoji sequences need them), and so
+// do the direction marks U+200E, U+200F and U+061C, which change no other
+// character's order beyond their own neighbourhood.
+func forbiddenRune(r rune) bool {
+	switch {
+	case unicode.Is(unicode.Cc, r):
+		return true
+	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069:
+		return true
+	case r == 0x2028, r == 0x2029, r == 0x200B, r == 0xFEFF:
+		return true
+	}
+	return false
+}
+
+// checkChars is the one check every free-text field auth stores goes
+// through (names, sector, EDV, e-mail addresses, URLs, API key and passkey
+// names): a string holding a character forbiddenRune refuses is a
+// ValidationError naming field, code invalid_characters. It looks at the
+// string as sent, before any trimming, so a trailing newline is refused
+// too. Invalid UTF-8 is left to the caller's own check.
+func checkChars(field, s string) error {
+	for _, r := range s {
+		if forbiddenRune(r) {
+			return invalid(field, "invalid_characters", field+" contains control or bidirectional-override characters")
+		}
+	}
+	return nil
+}
+
 func validateEmail(field, s string) (string, error) {
+	if err := checkChars(field, s); err != nil {
+		return "", err
+	}
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return "", invalid(field, "invalid_email", field+" must not be empty")
@@ -40,10 +82,13 @@ func validateEmail(field, s string) (string, error) {
 }
 
 func validateText(field, s string, max int, required bool) (string, error) {
-	s = strings.TrimSpace(s)
 	if !utf8.ValidString(s) {
 		return "", invalid(field, "invalid_value", field+" must be valid UTF-8")
 	}
+	if err := checkChars(field, s); err != nil {
+		return "", err
+	}
+	s = strings.TrimSpace(s)
 	if required && s == "" {
 		return "", invalid(field, "invalid_value", field+" must not be empty")
 	}
@@ -55,6 +100,9 @@ func validateText(field, s string, max int, required bool) (string, error) {
 
 // validateURL accepts absolute http(s) URLs; "" clears the field.
 func validateURL(field, s string) (string, error) {
+	if err := checkChars(field, s); err != nil {
+		return "", err
+	}
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return "", nil

@@ -25,20 +25,10 @@ func (s *Service) sendVerification(ctx context.Context, u User, address string) 
 	})
 }
 
-// notifyEmailChange tells u's current address that newEmail was asked for.
-func (s *Service) notifyEmailChange(ctx context.Context, u User, newEmail string) {
-	err := s.background(ctx, func(ctx context.Context) {
-		if err := s.mail.mailer.Send(ctx, mailer.EmailChanged, u.Email, mailer.Data{Name: u.FullName, Email: u.Email, NewEmail: newEmail}); err != nil {
-			s.log.WarnContext(ctx, "address change: tell the old address", "user", u.ID, "err", err)
-		}
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "address change: notice not sent", "user", u.ID, "err", err)
-	}
-}
-
 // ResendVerification mails the signed-in user a new link for their current
-// address; ErrMailDisabled, or a validation error if it is verified.
+// address; ErrMailDisabled, ErrAlreadyVerified, or ThrottledError past the
+// account's or the address's limit of such mails (EmailAccount,
+// EmailTarget, shared with address changes).
 func (s *Service) ResendVerification(ctx context.Context, userID string) error {
 	if s.mail == nil {
 		return ErrMailDisabled
@@ -52,6 +42,13 @@ func (s *Service) ResendVerification(ctx context.Context, userID string) error {
 	}
 	if u.EmailVerified {
 		return ErrAlreadyVerified
+	}
+	keys := s.emailThrottleKeys(u.ID, u.Email)
+	if err := s.checkEmailThrottle(ctx, keys); err != nil {
+		return err
+	}
+	if err := s.countEmail(ctx, keys); err != nil {
+		return err
 	}
 	return s.sendVerification(ctx, u, u.Email)
 }

@@ -117,6 +117,11 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	lockMax := r.Duration("THROTTLE_LOCK_MAX", time.Hour)
 	c.Account.Account.Lock, c.Account.Account.LockMax = lock, lockMax
 	c.Account.Address.Lock, c.Account.Address.LockMax = lock, lockMax
+	// Address changes and verification mails: every request counts; past
+	// the limit, 429 for the rest of the window.
+	emailWindow := r.Duration("EMAIL_THROTTLE_WINDOW", time.Hour)
+	c.Account.EmailAccount = account.ThrottleRule{Max: r.Int("EMAIL_THROTTLE_ACCOUNT_MAX", 5), Window: emailWindow, Lock: emailWindow, LockMax: emailWindow}
+	c.Account.EmailTarget = account.ThrottleRule{Max: r.Int("EMAIL_THROTTLE_TARGET_MAX", 3), Window: emailWindow, Lock: emailWindow, LockMax: emailWindow}
 	c.MongoTimeout = r.Duration("MONGO_SELECT_TIMEOUT", 5*time.Second)
 	c.SweepInterval = r.Duration("SESSION_SWEEP_INTERVAL", 10*time.Minute)
 	c.RequestTimeout = r.Duration("REQUEST_TIMEOUT", 30*time.Second)
@@ -159,7 +164,10 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		Origins:     r.List("WEBAUTHN_ORIGINS", "http://localhost:8080"),
 		CeremonyTTL: r.Duration("WEBAUTHN_TIMEOUT", 5*time.Minute),
 		MaxPerUser:  r.Int("WEBAUTHN_MAX_PASSKEYS", 20),
+		MaxPending:  r.Int("WEBAUTHN_MAX_PENDING", 10000),
 	}
+	startWindow := r.Duration("CEREMONY_THROTTLE_WINDOW", time.Minute)
+	c.Passkeys.StartAddress = account.ThrottleRule{Max: r.Int("CEREMONY_THROTTLE_ADDRESS_MAX", 20), Window: startWindow, Lock: startWindow, LockMax: startWindow}
 	if k := r.Secret("MFA_KEY", ""); k != "" {
 		c.MFA.Key = []byte(k)
 	}
@@ -191,7 +199,7 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	if lock <= 0 || lockMax < lock {
 		problems = append(problems, "AUTH_THROTTLE_LOCK must be positive and at most AUTH_THROTTLE_LOCK_MAX")
 	}
-	if c.Account.Account.Window <= 0 || c.Account.Address.Window <= 0 {
+	if c.Account.Account.Window <= 0 || c.Account.Address.Window <= 0 || emailWindow <= 0 || startWindow <= 0 {
 		problems = append(problems, "throttle windows must be positive")
 	}
 	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 || c.MongoTimeout <= 0 || c.MetricsInterval <= 0 || c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
@@ -403,7 +411,6 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	meter := newAuthMetrics(reg)
 	if userCache != nil {
 		reg.MustRegister(userCache.Collectors(metrics.Namespace, "auth_user", "users by id")...)
-		reg.MustRegister(userCache.ThrottleCollectors(metrics.Namespace, "auth_throttle")...)
 	}
 	app := web.NewApp(web.Options{Name: "auth", Log: log, BodyLimit: BodyLimit, Metrics: reg, ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout})
 	web.Health(app, map[string]func(context.Context) error{

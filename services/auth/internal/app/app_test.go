@@ -53,6 +53,7 @@ func TestRefusesToStartMisconfigured(t *testing.T) {
 		"badSMTPFrom":         {set: map[string]string{"AUTH_SMTP_HOST": "127.0.0.1", "AUTH_SMTP_FROM": "nobody"}, message: "AUTH_SMTP_"},
 		"badPublicURL":        {set: map[string]string{"AUTH_SMTP_HOST": "127.0.0.1", "AUTH_PUBLIC_URL": "console"}, message: "AUTH_PUBLIC_URL"},
 		"badAuditApp":         {set: map[string]string{"AUTH_AUDIT_APP": "a.b"}, message: "AUTH_AUDIT_APP"},
+		"zeroEmailWindow":     {set: map[string]string{"AUTH_EMAIL_THROTTLE_WINDOW": "0s"}, message: "throttle windows"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			env, _ := srv.ServiceEnv(t, []string{"AUTH_ADDR"}, map[string]string{"AUTH_SERVICE_CREDENTIALS": credential},

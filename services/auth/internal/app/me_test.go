@@ -228,6 +228,18 @@ func TestPatchMe(t *testing.T) {
 		{"patch400ShortNewPassword", map[string]any{"password": map[string]string{"old": "dave-password", "new": "short"}}, "", "invalid_password", "password.new"},
 		{"patch400LongNewPassword", map[string]any{"password": map[string]string{"old": "dave-password", "new": strings.Repeat("y", 1025)}}, "", "invalid_password", "password.new"},
 		{"patch400MissingOld", map[string]any{"password": map[string]string{"new": "new-password-1"}}, "", "missing_field", "password.old"},
+		{"patch400EmailWithoutPassword", map[string]any{"email": "erin@example.com"}, "", "missing_field", "currentPassword"},
+		{"patch400EmailEmptyPassword", map[string]any{"email": "dave2@example.com", "currentPassword": ""}, "", "missing_field", "currentPassword"},
+		{"patch400WrongTypeCurrentPassword", map[string]any{"email": "dave2@example.com", "currentPassword": 1}, "", "invalid_type", "currentPassword"},
+		{"patch400FullNameNewline", map[string]any{"fullName": "Dave\nAdmin"}, "", "invalid_characters", "fullName"},
+		{"patch400FullNameNUL", map[string]any{"fullName": "Dave\x00"}, "", "invalid_characters", "fullName"},
+		{"patch400FullNameC1", map[string]any{"fullName": "Dave\u0085"}, "", "invalid_characters", "fullName"},
+		{"patch400FullNameRLO", map[string]any{"fullName": "Dave\u202Egpj.exe"}, "", "invalid_characters", "fullName"},
+		{"patch400FullNameIsolate", map[string]any{"fullName": "Dave\u2066x\u2069"}, "", "invalid_characters", "fullName"},
+		{"patch400FullNameZWSP", map[string]any{"fullName": "Da\u200Bve"}, "", "invalid_characters", "fullName"},
+		{"patch400FullNameBOM", map[string]any{"fullName": "\uFEFFDave"}, "", "invalid_characters", "fullName"},
+		{"patch400SectorTab", map[string]any{"sector": "Fin\tance"}, "", "invalid_characters", "sector"},
+		{"patch400AvatarBidi", map[string]any{"avatarUrl": "https://cdn.example.com/\u202Ea.png"}, "", "invalid_characters", "avatarUrl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := patch(tc.body, tc.ct)
@@ -241,7 +253,13 @@ func TestPatchMe(t *testing.T) {
 		want(t, patch(`{"fullName":"x"}`, "text/plain"), 415, "unsupported_media_type")
 	})
 	t.Run("patch409EmailTaken", func(t *testing.T) {
-		want(t, patch(map[string]any{"email": "ERIN@example.com"}, ""), 409, "email_taken")
+		// Without mail the change applies at once, so a taken address
+		// can only be refused; the password is needed all the same.
+		want(t, patch(map[string]any{"email": "ERIN@example.com", "currentPassword": "dave-password"}, ""), 409, "email_taken")
+	})
+	t.Run("patch403WrongCurrentPassword", func(t *testing.T) {
+		want(t, patch(map[string]any{"email": "dave2@example.com", "currentPassword": "not-the-password"}, ""), 403, "wrong_password")
+		h.signIn("dave@example.com", "dave-password") // nothing changed
 	})
 	t.Run("patch403WrongPassword", func(t *testing.T) {
 		want(t, patch(map[string]any{"password": map[string]string{"old": "not-the-password", "new": "new-password-1"}}, ""), 403, "wrong_password")
@@ -250,7 +268,7 @@ func TestPatchMe(t *testing.T) {
 	})
 	t.Run("patch200", func(t *testing.T) {
 		sub := h.revocations()
-		r := patch(map[string]any{"fullName": "Dave D.", "sector": "Finance", "avatarUrl": "https://cdn.example.com/a.png", "email": "Dave.New@example.com"}, "")
+		r := patch(map[string]any{"fullName": "Dave D.", "sector": "Finance", "avatarUrl": "https://cdn.example.com/a.png", "email": "Dave.New@example.com", "currentPassword": "dave-password"}, "")
 		want(t, r, 200, "")
 		u := r.body["user"].(map[string]any)
 		assertUserShape(t, u)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/web"
@@ -190,13 +191,14 @@ func (s *memSessions) CountLive(context.Context, time.Time, time.Time) (int64, e
 
 type memThrottle struct{}
 
-func (memThrottle) Check(context.Context, []string) (map[string]time.Time, error) { return nil, nil }
-func (memThrottle) Fail(context.Context, string, account.ThrottleRule, time.Time) error {
-	return nil
+func (memThrottle) Admit(_ context.Context, key string, _ account.ThrottleRule, _ time.Time) (account.Ticket, error) {
+	return account.Ticket{Key: key}, nil
 }
-func (memThrottle) Reset(context.Context, string) error     { return nil }
-func (memThrottle) Forget(context.Context, time.Time) error { return nil }
-func (nopPub) Revoked(context.Context, account.Revocation)  {}
+func (memThrottle) Release(context.Context, account.Ticket) error                 { return nil }
+func (memThrottle) Check(context.Context, []string) (map[string]time.Time, error) { return nil, nil }
+func (memThrottle) Reset(context.Context, string, time.Time) error                { return nil }
+func (memThrottle) Forget(context.Context, time.Time, time.Time) error            { return nil }
+func (nopPub) Revoked(context.Context, account.Revocation)                        {}
 
 type nopPub struct{}
 
@@ -266,6 +268,17 @@ func FuzzAuthHandlers(f *testing.F) {
 	} {
 		f.Add(uint8(i), uint8(i%3), "application/json", "000000000000000000000001", "page=1&limit=50", "sessionId=secret-user", []byte(body))
 	}
+	// Control and bidirectional-override characters: PATCH /me as the
+	// user (route 3), POST /users as the admin (route 8).
+	for _, body := range []string{
+		`{"fullName":"Ada\u202eevil"}`, `{"fullName":"Ada\n"}`, `{"fullName":"Ada\u0000x","sector":"\u2066"}`,
+		`{"email":"ada\u202e@example.com","currentPassword":"correct horse battery"}`,
+		`{"email":"root@example.com","currentPassword":"correct horse battery"}`,
+	} {
+		f.Add(uint8(3), uint8(1), "application/json", "", "", "", []byte(body))
+	}
+	f.Add(uint8(8), uint8(2), "application/json", "", "", "", []byte(`{"email":"b@example.com","password":"12345678","fullName":"B\u200b","edv":"E\u0085"}`))
+	f.Add(uint8(8), uint8(2), "application/json", "", "", "", []byte(`{"email":"c@example.com","password":"12345678","fullName":"C","edv":"E\u2069"}`))
 	f.Add(uint8(9), uint8(2), "application/json", "x", "page=-1&limit=1e9", "", []byte(nil))
 	f.Add(uint8(10), uint8(2), "application/json", "%00", "page=99999999999999999999", "", []byte(nil))
 	f.Add(uint8(0), uint8(0), "text/plain", "", "", "", []byte("email=a"))
@@ -315,6 +328,15 @@ func FuzzAuthHandlers(f *testing.F) {
 		if resp.StatusCode >= 400 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 			t.Fatalf("%s %s: %d without JSON", rt.method, path, resp.StatusCode)
 		}
+		// Whatever was accepted, no stored text holds a control or
+		// bidirectional-override character.
+		for _, u := range users.users {
+			for _, v := range []string{u.Email, u.FullName, u.EDV} {
+				if hasForbiddenRune(v) {
+					t.Fatalf("%s %s: %d stored %q", rt.method, path, resp.StatusCode, v)
+				}
+			}
+		}
 		if resp.StatusCode < 300 {
 			anon, user := who%3 == 0, who%3 == 1
 			switch {
@@ -326,6 +348,18 @@ func FuzzAuthHandlers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// hasForbiddenRune is the fuzz target's own statement of what stored text
+// may not hold (docs/auth.md, "Text fields refuse ...").
+func hasForbiddenRune(s string) bool {
+	for _, r := range s {
+		if unicode.Is(unicode.Cc, r) || r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 ||
+			r == 0x200B || r == 0xFEFF || r == 0x2028 || r == 0x2029 {
+			return true
+		}
+	}
+	return false
 }
 
 func validHeader(s string) bool {

@@ -115,7 +115,9 @@ func (a *API) me(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"message": "user retrieved", "user": uj})
 }
 
-// PATCH /me {avatarUrl, password:{old,new}, fullName, email, sector}
+// PATCH /me {avatarUrl, password:{old,new}, fullName, email, sector,
+// currentPassword}: currentPassword (or password.old) proves an address
+// change.
 func (a *API) patchMe(c *fiber.Ctx) error {
 	var body struct {
 		AvatarURL *string `json:"avatarUrl"`
@@ -123,14 +125,15 @@ func (a *API) patchMe(c *fiber.Ctx) error {
 			Old *string `json:"old"`
 			New *string `json:"new"`
 		} `json:"password"`
-		FullName *string `json:"fullName"`
-		Email    *string `json:"email"`
-		Sector   *string `json:"sector"`
+		FullName        *string `json:"fullName"`
+		Email           *string `json:"email"`
+		Sector          *string `json:"sector"`
+		CurrentPassword *string `json:"currentPassword"`
 	}
 	if err := web.DecodeJSON(c, &body); err != nil {
 		return err
 	}
-	p := account.SelfPatch{Email: body.Email, FullName: body.FullName, Sector: body.Sector, AvatarURL: body.AvatarURL}
+	p := account.SelfPatch{Email: body.Email, FullName: body.FullName, Sector: body.Sector, AvatarURL: body.AvatarURL, CurrentPassword: body.CurrentPassword}
 	if body.Password != nil {
 		p.Password = &account.PasswordChange{Old: body.Password.Old, New: body.Password.New}
 	}

@@ -74,7 +74,7 @@ func (a *API) beginPasskeySignIn(c *fiber.Ctx) error {
 	if err := noBody(c); err != nil {
 		return err
 	}
-	pc, err := a.svc.BeginPasskeySignIn(c.UserContext())
+	pc, err := a.svc.BeginPasskeySignIn(c.UserContext(), client(c))
 	if err != nil {
 		return apiError(c, err)
 	}

@@ -1,5 +1,5 @@
 // Package mailer sends the auth service's messages (password reset, address
-// verification, address change notice) over SMTP with
+// verification, address change notice, address in use) over SMTP with
 // github.com/wneessen/go-mail. Each message has a plain-text template
 // (NAME.txt, which also defines the "subject" template) and an HTML
 // template (NAME.html); both are embedded, and an operator may replace any
@@ -32,9 +32,10 @@ const (
 	Reset        = "reset"         // a password reset link
 	Verify       = "verify"        // an address verification link
 	EmailChanged = "email_changed" // to the old address when a change is asked for
+	EmailInUse   = "email_in_use"  // to an address another account asked for, which is already taken
 )
 
-var names = []string{Reset, Verify, EmailChanged}
+var names = []string{Reset, Verify, EmailChanged, EmailInUse}
 
 // TLS modes.
 const (

@@ -3,7 +3,6 @@ package mongostore_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/services/auth/internal/account"
 	"github.com/acme/platform/services/auth/internal/mongostore"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
@@ -79,93 +77,6 @@ func TestUsersUniqueEmail(t *testing.T) {
 	wg.Wait()
 	if wins != 1 {
 		t.Fatalf("%d concurrent creations succeeded, want 1", wins)
-	}
-}
-
-type throttleState struct {
-	Failures    int       `bson:"failures"`
-	Lockouts    int       `bson:"lockouts"`
-	LockedUntil time.Time `bson:"lockedUntil"`
-}
-
-func failMany(t *testing.T, th *mongostore.Throttle, n int, concurrent bool, rule account.ThrottleRule, now time.Time) {
-	t.Helper()
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		f := func() {
-			defer wg.Done()
-			if err := th.Fail(context.Background(), "k", rule, now); err != nil {
-				t.Error(err)
-			}
-		}
-		if concurrent {
-			go f()
-		} else {
-			f()
-		}
-	}
-	wg.Wait()
-}
-
-func TestThrottleFailures(t *testing.T) {
-	db := newDB(t)
-	th := mongostore.NewThrottle(db)
-	ctx := context.Background()
-	rule := account.ThrottleRule{Max: 5, Window: time.Minute, Lock: time.Minute, LockMax: time.Hour}
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	failMany(t, th, 12, false, rule, now)
-	var d throttleState
-	if err := db.Collection(mongostore.ThrottleCollection).FindOne(ctx, bson.M{"_id": "k"}).Decode(&d); err != nil {
-		t.Fatal(err)
-	}
-	// 12 failures with Max 5: two locks (1 min, then 2 min), two failures counted after them.
-	if d.Lockouts != 2 || d.Failures != 2 || !d.LockedUntil.Equal(now.Add(2*time.Minute)) {
-		t.Fatalf("state %+v, want 2 lockouts, 2 failures, locked for 2 min", d)
-	}
-	locks, err := th.Check(ctx, []string{"k", "other"})
-	if err != nil || len(locks) != 1 || !locks["k"].After(now) {
-		t.Fatalf("Check: %v %v", locks, err)
-	}
-	if err := th.Reset(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
-	if locks, _ := th.Check(ctx, []string{"k"}); len(locks) != 0 {
-		t.Fatalf("after Reset: %v", locks)
-	}
-	// A window that has passed starts again at one.
-	_ = th.Fail(ctx, "w", rule, now.Add(-2*time.Minute))
-	_ = th.Fail(ctx, "w", rule, now)
-	_ = db.Collection(mongostore.ThrottleCollection).FindOne(ctx, bson.M{"_id": "w"}).Decode(&d)
-	if d.Failures != 1 {
-		t.Fatalf("failures after the window %d, want 1", d.Failures)
-	}
-	if err := th.Forget(ctx, now.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := db.Collection(mongostore.ThrottleCollection).CountDocuments(ctx, bson.M{}); n != 0 {
-		t.Fatalf("%d keys left after Forget", n)
-	}
-}
-
-// Replicas failing the same key at once share one count and set one lock.
-// FerretDB 1.24 (the embedded test server) does not apply concurrent
-// findAndModify calls on one document atomically, so exact counts are
-// checked only against a real MongoDB (MONGO_URL set).
-func TestThrottleConcurrentFailures(t *testing.T) {
-	if os.Getenv("MONGO_URL") == "" {
-		t.Skip("needs a real MongoDB (MONGO_URL): FerretDB's findAndModify is not atomic under concurrency")
-	}
-	db := newDB(t)
-	rule := account.ThrottleRule{Max: 5, Window: time.Minute, Lock: time.Minute, LockMax: time.Hour}
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	failMany(t, mongostore.NewThrottle(db), 12, true, rule, now)
-	var d throttleState
-	if err := db.Collection(mongostore.ThrottleCollection).FindOne(context.Background(), bson.M{"_id": "k"}).Decode(&d); err != nil {
-		t.Fatal(err)
-	}
-	if d.Lockouts != 2 || d.Failures != 2 || !d.LockedUntil.After(now) {
-		t.Fatalf("state %+v, want 2 lockouts and 2 failures", d)
 	}
 }
 

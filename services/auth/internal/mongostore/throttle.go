@@ -2,20 +2,43 @@ package mongostore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
-	"github.com/acme/platform/pkg/mongox"
+	"math/big"
+	"strconv"
 	"time"
 
+	"github.com/acme/platform/pkg/mongox"
 	"github.com/acme/platform/services/auth/internal/account"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Throttle is the account.ThrottleStore on MongoDB: one document per key
-// with a failure counter for the current window, the end of the current
-// lock, and how many locks the key has had. Every change is a single-document
-// atomic update, so any number of replicas share the counts.
+// Throttle is the account.ThrottleStore on MongoDB (and FerretDB). It does
+// not count with read-modify-write updates, which FerretDB 1.24 does not
+// apply atomically under concurrency; every admitted attempt is one insert
+// of a slot document whose _id is
+//
+//	<key>#<generation>#<round>#<window>#<ordinal>
+//
+// with ordinal 1..rule.Max. A unique _id can be inserted once on every
+// server, so however many attempts race, at most rule.Max of them get a
+// slot of one window and round; the others find every slot taken and are
+// throttled. The window is the fixed interval of rule.Window that holds
+// the attempt (its index since the Unix epoch). Each key also has one state
+// document (_id = key) with its generation (a random value written by
+// Reset, so Reset needs one write whatever the count), its round (the
+// number of locks it had) and the end of its current lock. The state
+// document only decides lock durations: it is written by the attempts that
+// find a round full and by Reset, and a lost or doubled write there can
+// lengthen or shorten a lock but never admit an attempt beyond the slots.
+//
+// Every read on the request path is by exact _id (the only query FerretDB
+// answers from an index). Expiry is the service's: slots carry the end of
+// their window and are ignored after it (the window index changes), and
+// Forget deletes what has expired.
 type Throttle struct{ c *mongo.Collection }
 
 // NewThrottle returns the throttle store of db.
@@ -23,103 +46,182 @@ func NewThrottle(db *mongo.Database) *Throttle {
 	return &Throttle{c: db.Collection(ThrottleCollection)}
 }
 
-type throttleDoc struct {
+// sequentialMax is the largest Max whose slots are probed in order (1, 2,
+// …): exact, and at most sequentialMax inserts per attempt. Larger limits
+// (a global cap) are probed at randomProbes random ordinals: still never
+// more than Max admitted, but an attempt may be refused a little before
+// every slot is taken.
+const (
+	sequentialMax = 64
+	randomProbes  = 8
+)
+
+type throttleState struct {
 	ID          string    `bson:"_id"`
-	Failures    int       `bson:"failures"`
-	WindowStart time.Time `bson:"windowStart"`
+	Gen         string    `bson:"gen"`
+	Round       int       `bson:"round"`
 	LockedUntil time.Time `bson:"lockedUntil"`
-	Lockouts    int       `bson:"lockouts"`
+	Touched     time.Time `bson:"touched"`
 }
 
-// Check implements account.ThrottleStore.
-func (t *Throttle) Check(ctx context.Context, keys []string) (map[string]time.Time, error) {
-	cur, err := t.c.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}})
+type throttleSlot struct {
+	ID      string    `bson:"_id"`
+	Key     string    `bson:"key"`
+	At      time.Time `bson:"at"`
+	Expires time.Time `bson:"expires"`
+}
+
+func (t *Throttle) state(ctx context.Context, key string) (throttleState, bool, error) {
+	var st throttleState
+	err := t.c.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&st)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return throttleState{ID: key}, false, nil
+	}
 	if err != nil {
-		return nil, err
+		return throttleState{}, false, err
 	}
-	var docs []throttleDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, err
-	}
-	out := make(map[string]time.Time, len(docs))
-	for _, d := range docs {
-		out[d.ID] = d.LockedUntil.UTC()
-	}
-	return out, nil
+	st.LockedUntil = st.LockedUntil.UTC()
+	return st, true, nil
 }
 
-// Fail implements account.ThrottleStore.
-func (t *Throttle) Fail(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) error {
-	cutoff := now.Add(-rule.Window)
-	after := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	var d throttleDoc
-	// No upserts: FerretDB 1.24 lets a concurrent upsert overwrite an
-	// existing document. Insert, increment and window reset are separate
-	// single-document operations, retried until one applies.
-	for attempt := 0; ; attempt++ {
-		if attempt > 10 {
-			return errors.New("throttle: too much contention on " + key)
-		}
-		// A failure inside the current window counts.
-		err := t.c.FindOneAndUpdate(ctx,
-			bson.D{{Key: "_id", Value: key}, {Key: "windowStart", Value: bson.D{{Key: "$gt", Value: cutoff}}}},
-			bson.D{{Key: "$inc", Value: bson.D{{Key: "failures", Value: 1}}}}, after).Decode(&d)
+// windowOf returns the index of the fixed window of length w holding now,
+// and its end.
+func windowOf(now time.Time, w time.Duration) (int64, time.Time) {
+	if w < time.Millisecond {
+		w = time.Millisecond
+	}
+	ms := w.Milliseconds()
+	idx := now.UnixMilli() / ms
+	return idx, time.UnixMilli((idx + 1) * ms).UTC()
+}
+
+// Admit implements account.ThrottleStore.
+func (t *Throttle) Admit(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) (account.Ticket, error) {
+	st, exists, err := t.state(ctx, key)
+	if err != nil {
+		return account.Ticket{}, err
+	}
+	if st.LockedUntil.After(now) {
+		return account.Ticket{}, &account.ThrottledError{RetryAfter: st.LockedUntil.Sub(now)}
+	}
+	w, end := windowOf(now, rule.Window)
+	prefix := key + "#" + st.Gen + "#" + strconv.Itoa(st.Round) + "#" + strconv.FormatInt(w, 10) + "#"
+	try := func(ordinal int) (bool, error) {
+		_, err := t.c.InsertOne(ctx, throttleSlot{ID: prefix + strconv.Itoa(ordinal), Key: key, At: now, Expires: end})
 		if err == nil {
-			break
+			return true, nil
 		}
-		if !errors.Is(err, mongo.ErrNoDocuments) {
-			return err
+		if mongox.IsDuplicate(err) {
+			return false, nil
 		}
-		// The window is over: start a new one.
-		err = t.c.FindOneAndUpdate(ctx,
-			bson.D{{Key: "_id", Value: key}, {Key: "windowStart", Value: bson.D{{Key: "$lte", Value: cutoff}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "failures", Value: 1}, {Key: "windowStart", Value: now}}}}, after).Decode(&d)
-		if err == nil {
-			break
+		return false, err
+	}
+	if rule.Max <= sequentialMax {
+		for i := 1; i <= rule.Max; i++ {
+			ok, err := try(i)
+			if err != nil {
+				return account.Ticket{}, err
+			}
+			if ok {
+				return account.Ticket{Key: key, Slot: prefix + strconv.Itoa(i), Fresh: i == 1 && (!exists || st.Round == 0)}, nil
+			}
 		}
-		if !errors.Is(err, mongo.ErrNoDocuments) {
-			return err
-		}
-		// No state yet. If another replica inserts first, count again.
-		d = throttleDoc{ID: key, Failures: 1, WindowStart: now, LockedUntil: time.Unix(0, 0).UTC()}
-		_, err = t.c.InsertOne(ctx, d)
-		if err == nil {
-			break
-		}
-		if !mongox.IsDuplicate(err) {
-			return err
+	} else {
+		for range randomProbes {
+			n, err := rand.Int(rand.Reader, big.NewInt(int64(rule.Max)))
+			if err != nil {
+				return account.Ticket{}, err
+			}
+			i := int(n.Int64()) + 1
+			ok, err := try(i)
+			if err != nil {
+				return account.Ticket{}, err
+			}
+			if ok {
+				return account.Ticket{Key: key, Slot: prefix + strconv.Itoa(i)}, nil
+			}
 		}
 	}
-	if d.Failures < rule.Max {
-		return nil
+	// Every slot of this round is taken: lock the key. Without a lock
+	// duration, the key stays refused until the window ends (every attempt
+	// probes again).
+	if rule.Lock <= 0 {
+		return account.Ticket{}, &account.ThrottledError{RetryAfter: end.Sub(now)}
 	}
 	lock := rule.Lock
-	for i := 0; i < d.Lockouts && lock < rule.LockMax; i++ {
+	for i := 0; i < st.Round && (rule.LockMax <= 0 || lock < rule.LockMax); i++ {
 		lock *= 2
 	}
 	if rule.LockMax > 0 && lock > rule.LockMax {
 		lock = rule.LockMax
 	}
-	// Only the replica that still sees the full count sets the lock.
-	_, err := t.c.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: key}, {Key: "failures", Value: bson.D{{Key: "$gte", Value: rule.Max}}}},
-		bson.D{
-			{Key: "$set", Value: bson.D{{Key: "failures", Value: 0}, {Key: "windowStart", Value: now}, {Key: "lockedUntil", Value: now.Add(lock)}}},
-			{Key: "$inc", Value: bson.D{{Key: "lockouts", Value: 1}}},
-		})
+	until := now.Add(lock)
+	next := throttleState{ID: key, Gen: st.Gen, Round: st.Round + 1, LockedUntil: until, Touched: now}
+	if !exists {
+		if _, err := t.c.InsertOne(ctx, next); err != nil && !mongox.IsDuplicate(err) {
+			return account.Ticket{}, err
+		}
+	} else {
+		// Only while the state is still the one read: the attempts that
+		// found the same round full write the same round.
+		_, err := t.c.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: key}, {Key: "gen", Value: st.Gen}, {Key: "round", Value: st.Round}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "round", Value: next.Round}, {Key: "lockedUntil", Value: until}, {Key: "touched", Value: now}}}})
+		if err != nil {
+			return account.Ticket{}, err
+		}
+	}
+	return account.Ticket{}, &account.ThrottledError{RetryAfter: lock}
+}
+
+// Release implements account.ThrottleStore.
+func (t *Throttle) Release(ctx context.Context, tk account.Ticket) error {
+	if tk.Slot == "" {
+		return nil
+	}
+	_, err := t.c.DeleteOne(ctx, bson.D{{Key: "_id", Value: tk.Slot}})
 	return err
 }
 
-// Reset implements account.ThrottleStore.
-func (t *Throttle) Reset(ctx context.Context, key string) error {
-	_, err := t.c.DeleteOne(ctx, bson.D{{Key: "_id", Value: key}})
+// Check implements account.ThrottleStore.
+func (t *Throttle) Check(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	out := make(map[string]time.Time, len(keys))
+	for _, k := range keys {
+		st, exists, err := t.state(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			out[k] = st.LockedUntil
+		}
+	}
+	return out, nil
+}
+
+// Reset implements account.ThrottleStore: a new generation, so the slots
+// taken so far no longer count, and no lock.
+func (t *Throttle) Reset(ctx context.Context, key string, now time.Time) error {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	st := throttleState{ID: key, Gen: hex.EncodeToString(b), Touched: now}
+	_, err := t.c.ReplaceOne(ctx, bson.D{{Key: "_id", Value: key}}, st, options.Replace().SetUpsert(true))
+	if mongox.IsDuplicate(err) { // a concurrent upsert inserted it first
+		_, err = t.c.ReplaceOne(ctx, bson.D{{Key: "_id", Value: key}}, st)
+	}
 	return err
 }
 
-// Forget implements account.ThrottleStore.
-func (t *Throttle) Forget(ctx context.Context, before time.Time) error {
+// Forget implements account.ThrottleStore: slots whose window has ended,
+// and states neither written since before nor locked after it. It is the
+// sweeper's (a query on fields other than _id).
+func (t *Throttle) Forget(ctx context.Context, now, before time.Time) error {
+	if _, err := t.c.DeleteMany(ctx, bson.D{{Key: "expires", Value: bson.D{{Key: "$lte", Value: now}}}}); err != nil {
+		return err
+	}
 	_, err := t.c.DeleteMany(ctx, bson.D{
-		{Key: "windowStart", Value: bson.D{{Key: "$lt", Value: before}}},
+		{Key: "touched", Value: bson.D{{Key: "$lt", Value: before}}},
 		{Key: "lockedUntil", Value: bson.D{{Key: "$lt", Value: before}}},
 	})
 	return err

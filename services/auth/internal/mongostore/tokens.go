@@ -28,11 +28,12 @@ type tokenDoc struct {
 	CreatedAt time.Time `bson:"createdAt"`
 	ExpiresAt time.Time `bson:"expiresAt"`
 	Data      []byte    `bson:"data,omitempty"`
+	Slot      string    `bson:"slot,omitempty"`
 }
 
 // Create implements account.TokenStore.
 func (s *Tokens) Create(ctx context.Context, t account.Token) error {
-	_, err := s.c.InsertOne(ctx, tokenDoc{ID: t.ID, Purpose: t.Purpose, UserID: t.UserID, Email: t.Email, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Data: t.Data})
+	_, err := s.c.InsertOne(ctx, tokenDoc{ID: t.ID, Purpose: t.Purpose, UserID: t.UserID, Email: t.Email, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Data: t.Data, Slot: t.Slot})
 	return err
 }
 
@@ -51,7 +52,7 @@ func (s *Tokens) Take(ctx context.Context, id, purpose string, now time.Time) (a
 	if !now.Before(d.ExpiresAt) {
 		return account.Token{}, account.ErrInvalidToken
 	}
-	return account.Token{ID: d.ID, Purpose: d.Purpose, UserID: d.UserID, Email: d.Email, CreatedAt: d.CreatedAt.UTC(), ExpiresAt: d.ExpiresAt.UTC(), Data: d.Data}, nil
+	return account.Token{ID: d.ID, Purpose: d.Purpose, UserID: d.UserID, Email: d.Email, CreatedAt: d.CreatedAt.UTC(), ExpiresAt: d.ExpiresAt.UTC(), Data: d.Data, Slot: d.Slot}, nil
 }
 
 // DeleteByUser implements account.TokenStore.

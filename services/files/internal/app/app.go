@@ -54,6 +54,8 @@ type Config struct {
 	ImageQuality     int
 	ImageConcurrency int
 	ImageWait        time.Duration
+	ImageMaxMemory   int64 // bytes one image may take to decode and re-encode
+	ImageMemory      int64 // bytes all images being processed may take together
 	Quota            int64
 	EraseAckWait     time.Duration
 	EraseMaxDeliver  int
@@ -97,6 +99,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ImageQuality:     r.Int("IMAGE_QUALITY", 82),
 		ImageConcurrency: r.Int("IMAGE_CONCURRENCY", 2),
 		ImageWait:        r.Duration("IMAGE_WAIT", 30*time.Second),
+		ImageMaxMemory:   r.Int64("IMAGE_MAX_MEMORY", 256<<20),
+		ImageMemory:      r.Int64("IMAGE_MEMORY", 320<<20),
 		Quota:            r.Int64("QUOTA", 10<<30),
 		EraseAckWait:     r.Duration("ERASE_ACK_WAIT", 30*time.Second),
 		EraseMaxDeliver:  r.Int("ERASE_MAX_DELIVER", 50),
@@ -127,6 +131,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.ImageMaxPixels <= 0 || c.ImageMaxSide <= 0 || c.ImageQuality < 1 || c.ImageQuality > 100 || c.ImageConcurrency < 1 {
 		problems = append(problems, "FILES_IMAGE_MAX_PIXELS, FILES_IMAGE_MAX_SIDE, FILES_IMAGE_CONCURRENCY must be positive, FILES_IMAGE_QUALITY 1..100")
+	}
+	if c.ImageMaxMemory < 1<<20 || c.ImageMemory < c.ImageMaxMemory {
+		problems = append(problems, "FILES_IMAGE_MAX_MEMORY must be at least 1MiB and FILES_IMAGE_MEMORY at least FILES_IMAGE_MAX_MEMORY")
 	}
 	if c.S3.PartSize < 5<<20 || c.S3.UploadThreads < 1 {
 		problems = append(problems, "FILES_S3_PART_SIZE must be at least 5MiB and FILES_S3_UPLOAD_THREADS at least 1")
@@ -243,9 +250,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		ImageMaxBytes:    cfg.ImageMaxBytes,
 		ImageConcurrency: cfg.ImageConcurrency,
 		ImageWait:        cfg.ImageWait,
+		ImageMemory:      cfg.ImageMemory,
 		DefaultQuota:     cfg.Quota,
 		Image: imaging.Options{
 			MaxPixels:   cfg.ImageMaxPixels,
+			MaxMemory:   cfg.ImageMaxMemory,
 			MaxSide:     cfg.ImageMaxSide,
 			JPEGQuality: cfg.ImageQuality,
 		},

@@ -89,9 +89,12 @@ var (
 	ErrConflict      = errors.New("id already taken")
 	ErrNotImage      = errors.New("content is not a JPEG, PNG, GIF or WebP image")
 	ErrImageTooLarge = errors.New("image dimensions exceed the pixel limit")
-	ErrBadImage      = errors.New("image data is corrupt")
-	ErrBusy          = errors.New("too many images being processed")
-	ErrQuotaExceeded = errors.New("the upload would exceed the owner's storage quota")
+	// ErrImageTooMuchMemory: decoding and re-encoding the image would take
+	// more memory than one image may use (Config.Image.MaxMemory).
+	ErrImageTooMuchMemory = errors.New("image needs more memory than one image may use")
+	ErrBadImage           = errors.New("image data is corrupt")
+	ErrBusy               = errors.New("too many images being processed")
+	ErrQuotaExceeded      = errors.New("the upload would exceed the owner's storage quota")
 )
 
 // SourceError means reading the client's upload failed (truncated or

@@ -9,12 +9,16 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"net/http"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/acme/platform/services/files/internal/imaging"
 	"github.com/klauspost/compress/gzip"
+	"golang.org/x/sync/semaphore"
 )
 
 // Config holds the service's rules and limits.
@@ -23,9 +27,13 @@ type Config struct {
 	ReadAll          bool          // every signed-in user may read every file
 	ImageMaxBytes    int64         // bytes of one uploaded image, before re-encoding
 	ImageConcurrency int           // images decoded and re-encoded at once
-	ImageWait        time.Duration // how long an image waits for a re-encode slot
-	DefaultQuota     int64         // bytes one user may store unless given their own quota; 0: no quota
-	Image            imaging.Options
+	ImageWait        time.Duration // how long an image waits for a re-encode slot and its memory
+	// ImageMemory is the process-wide budget, in bytes, of the images being
+	// decoded and re-encoded at once (each weighs its header's estimate and
+	// its upload); 0: Image.MaxMemory, the per-image budget.
+	ImageMemory  int64
+	DefaultQuota int64 // bytes one user may store unless given their own quota; 0: no quota
+	Image        imaging.Options
 }
 
 // ErrIsImage is returned when a file download names an image: images are
@@ -39,8 +47,20 @@ type Service struct {
 	log     LogPublisher
 	cfg     Config
 	sem     chan struct{}
+	mem     *semaphore.Weighted
+	held    atomic.Int64 // bytes of mem taken, for tests and metrics
 	now     func() time.Time
+	// afterImage runs after an image of an estimate of freeAbove bytes or
+	// more was processed, its budget still held: it returns the heap's
+	// freed pages to the OS.
+	afterImage func()
+	freeAbove  int64
 }
+
+// imageFreeAbove is the estimate above which the heap is returned to the
+// OS after an image, so a burst of large images leaves no large resident
+// set behind.
+const imageFreeAbove = 32 << 20
 
 // NewService wires the service. pub may be nil.
 func NewService(store Store, objects ObjectStore, pub LogPublisher, cfg Config) *Service {
@@ -50,13 +70,25 @@ func NewService(store Store, objects ObjectStore, pub LogPublisher, cfg Config) 
 	if pub == nil {
 		pub = nopPublisher{}
 	}
+	if cfg.ImageMemory <= 0 {
+		cfg.ImageMemory = cfg.Image.MaxMemory
+	}
+	if cfg.ImageMemory <= 0 {
+		cfg.ImageMemory = math.MaxInt64
+	}
+	if cfg.Image.MaxMemory <= 0 || cfg.Image.MaxMemory > cfg.ImageMemory {
+		cfg.Image.MaxMemory = cfg.ImageMemory // one image never waits for more than exists
+	}
 	return &Service{
-		store:   store,
-		objects: objects,
-		log:     pub,
-		cfg:     cfg,
-		sem:     make(chan struct{}, cfg.ImageConcurrency),
-		now:     time.Now,
+		store:      store,
+		objects:    objects,
+		log:        pub,
+		cfg:        cfg,
+		sem:        make(chan struct{}, cfg.ImageConcurrency),
+		mem:        semaphore.NewWeighted(cfg.ImageMemory),
+		now:        time.Now,
+		afterImage: debug.FreeOSMemory,
+		freeAbove:  imageFreeAbove,
 	}
 }
 
@@ -251,10 +283,12 @@ func (s *Service) blame(sr *sourceReader, err error) error {
 }
 
 // StoreImage reads an image (at most ImageMaxBytes), checks it is a JPEG,
-// PNG, GIF or WebP whose header dimensions are within the pixel limit,
-// re-encodes it (orientation applied, metadata dropped, resized) under the
-// concurrency cap, and stores the result. The upload counts against
-// owner's quota as StoreFile's does (the re-encoded size is recorded).
+// PNG, GIF or WebP whose header dimensions are within the pixel limit and
+// whose memory estimate is within the per-image budget, re-encodes it
+// (orientation applied, metadata dropped, resized) under the concurrency
+// cap and the process-wide memory budget, and stores the result. The
+// upload counts against owner's quota as StoreFile's does (the re-encoded
+// size is recorded).
 func (s *Service) StoreImage(ctx context.Context, owner string, src io.Reader) (*Pending, error) {
 	lr, err := s.limit(ctx, owner, src, s.cfg.ImageMaxBytes)
 	if err != nil {
@@ -271,24 +305,10 @@ func (s *Service) StoreImage(ctx context.Context, owner string, src io.Reader) (
 	if _, ok := imaging.Sniff(data); !ok {
 		return nil, ErrNotImage
 	}
-	if err := imaging.Check(data, s.cfg.Image); err != nil {
-		return nil, imageError(err)
-	}
-
-	wait := time.NewTimer(s.cfg.ImageWait)
-	defer wait.Stop()
-	select {
-	case s.sem <- struct{}{}:
-	case <-wait.C:
-		return nil, ErrBusy
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	out, err := imaging.Process(data, s.cfg.Image)
-	<-s.sem
+	out, err := s.processImage(ctx, data)
 	data = nil
 	if err != nil {
-		return nil, imageError(err)
+		return nil, err
 	}
 
 	id := NewID()
@@ -313,10 +333,72 @@ func (s *Service) StoreImage(ctx context.Context, owner string, src io.Reader) (
 	}}, nil
 }
 
+// processImage re-encodes data under the two limits of image work: a
+// slot of ImageConcurrency (CPU) and the image's share of ImageMemory
+// (bytes: the header's estimate plus the upload itself), both waited for at
+// most ImageWait (then ErrBusy). An image whose estimate is over the
+// per-image budget is refused before anything is decoded.
+func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result, error) {
+	cost, err := imaging.Check(data, s.cfg.Image)
+	if err != nil {
+		return imaging.Result{}, imageError(err)
+	}
+	weight := cost.Bytes() + int64(cap(data))
+	if weight > s.cfg.ImageMemory {
+		weight = s.cfg.ImageMemory
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.ImageWait)
+	defer cancel()
+	busy := func() error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return ErrBusy
+	}
+	// TryAcquire first: a wait of 0 means "only if free now".
+	if !s.mem.TryAcquire(weight) {
+		if err := s.mem.Acquire(wctx, weight); err != nil {
+			return imaging.Result{}, busy()
+		}
+	}
+	defer s.mem.Release(weight)
+	s.held.Add(weight)
+	defer s.held.Add(-weight)
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		select {
+		case s.sem <- struct{}{}:
+		case <-wctx.Done():
+			return imaging.Result{}, busy()
+		}
+	}
+	out, err := imaging.Process(data, s.cfg.Image)
+	<-s.sem
+	if cost.Bytes() >= s.freeAbove {
+		s.afterImage() // the decoded image is garbage now
+	}
+	if err != nil {
+		return imaging.Result{}, imageError(err)
+	}
+	return out, nil
+}
+
+// ImageMemoryHeld is the image memory budget taken at this moment.
+func (s *Service) ImageMemoryHeld() int64 { return s.held.Load() }
+
+// ImageMemory is the process-wide image memory budget in force.
+func (s *Service) ImageMemory() int64 { return s.cfg.ImageMemory }
+
+// ImageMaxMemory is the per-image memory budget in force.
+func (s *Service) ImageMaxMemory() int64 { return s.cfg.Image.MaxMemory }
+
 func imageError(err error) error {
 	switch {
 	case errors.Is(err, imaging.ErrNotImage):
 		return ErrNotImage
+	case errors.Is(err, imaging.ErrTooMuchMemory):
+		return fmt.Errorf("%w: %v", ErrImageTooMuchMemory, err)
 	case errors.Is(err, imaging.ErrTooManyPixels):
 		return fmt.Errorf("%w: %v", ErrImageTooLarge, err)
 	case errors.Is(err, imaging.ErrCorrupt):

@@ -155,6 +155,7 @@ func New(o Options) *fiber.App {
 	if o.Metrics != nil {
 		web.Instrument(app, o.Metrics)
 	}
+	app.Use(web.Recover(o.Log)) // a handler's panic: JSON 500, the process keeps serving
 
 	h := &handler{o: o, svc: o.Service, base: strings.TrimRight(o.PublicBaseURL, "/")}
 	web.Health(app, o.Checks)

@@ -6,7 +6,9 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -17,6 +19,10 @@ import (
 
 // maxParts bounds the parts of one upload form.
 const maxParts = 8
+
+// busyRetryAfter is the Retry-After, in seconds, of a 503 busy: image work
+// is short, a few seconds frees budget again.
+const busyRetryAfter = 5
 
 func (h *handler) uploadFile(c *fiber.Ctx) error {
 	f, err := h.upload(c, h.o.MaxUpload, h.svc.StoreFile)
@@ -82,8 +88,10 @@ func (h *handler) upload(c *fiber.Ctx, maxFile int64, store storeFunc) (*files.F
 	if stream == nil {
 		return nil, apiErr(http.StatusBadRequest, "missing_file", "the form has no file field", "field", "file")
 	}
+	declared := int64(c.Request().Header.ContentLength()) // -1: chunked
+	received := &countingReader{r: stream}
 	body := &countingLimit{r: &meteredReader{
-		r:   &progressReader{r: stream, conn: c.Context().Conn(), idle: h.o.ReadIdle},
+		r:   &progressReader{r: received, conn: c.Context().Conn(), idle: h.o.ReadIdle},
 		add: h.o.Meter.Uploaded,
 	}, n: maxBody}
 	mr := multipart.NewReader(body, params["boundary"])
@@ -117,7 +125,7 @@ func (h *handler) upload(c *fiber.Ctx, maxFile int64, store storeFunc) (*files.F
 				if errors.Is(err, files.ErrQuotaExceeded) || errors.Is(err, files.ErrTooLarge) {
 					c.Locals(drainAllKey, maxBody)
 				}
-				return nil, h.storeErr(err, maxFile)
+				return nil, h.storeErr(c, err, maxFile)
 			}
 		case "meta":
 			if meta != nil {
@@ -144,13 +152,61 @@ func (h *handler) upload(c *fiber.Ctx, maxFile int64, store storeFunc) (*files.F
 	if pending == nil {
 		return nil, apiErr(http.StatusBadRequest, "missing_file", "the form has no file field", "field", "file")
 	}
+	if err := wholeBody(body, received, declared, c.Context().Conn()); err != nil {
+		return nil, formErr(err, maxFile)
+	}
 	dctx, cancel := dbContext(c)
 	defer cancel()
 	f, err := pending.Commit(dctx, owner, name, meta)
 	if err != nil {
-		return nil, h.storeErr(err, maxFile)
+		return nil, h.storeErr(c, err, maxFile)
 	}
 	return f, nil
+}
+
+// maxEpilogue bounds what may follow a form's closing delimiter.
+const maxEpilogue = 64 << 10
+
+// errIncompleteBody: the request body ended before its declared length or
+// its last chunk.
+var errIncompleteBody = errors.New("the request body ended before its declared length")
+
+// wholeBody reads what follows the form's closing delimiter (the epilogue,
+// at most maxEpilogue bytes) to the end of the request body and fails
+// unless that end is the real one: the Content-Length reached, or the end
+// of a chunked body on a connection the client still holds open. A form can be complete while its body is not
+// (a client that stalls or is cut off after the closing delimiter); such
+// an upload did not arrive whole and is not stored.
+func wholeBody(body io.Reader, received *countingReader, declared int64, conn net.Conn) error {
+	n, err := io.Copy(io.Discard, io.LimitReader(body, maxEpilogue+1))
+	if err != nil {
+		return err
+	}
+	if n > maxEpilogue {
+		return errors.New("too much data after the form's closing delimiter")
+	}
+	if declared >= 0 && received.n != declared {
+		return errIncompleteBody
+	}
+	// fasthttp ends a chunked body with a plain EOF when the connection
+	// closes between two chunks, as it does after the last chunk: a client
+	// gone right after the end is taken as cut off (it reads no answer).
+	if declared < 0 && conn != nil && peerClosed(conn) {
+		return errIncompleteBody
+	}
+	return nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // partFileName is the filename parameter of the part (RFC 7578, with RFC
@@ -177,7 +233,7 @@ func tooLarge(max int64) error {
 }
 
 // storeErr maps domain errors of uploads to HTTP.
-func (h *handler) storeErr(err error, maxFile int64) error {
+func (h *handler) storeErr(c *fiber.Ctx, err error, maxFile int64) error {
 	var se *files.SourceError
 	switch {
 	case errors.Is(err, files.ErrTooLarge):
@@ -192,9 +248,14 @@ func (h *handler) storeErr(err error, maxFile int64) error {
 		return apiErr(http.StatusUnsupportedMediaType, "unsupported_image", "the file is not a JPEG, PNG, GIF or WebP image")
 	case errors.Is(err, files.ErrImageTooLarge):
 		return apiErr(http.StatusUnprocessableEntity, "image_too_many_pixels", "the image dimensions exceed the limit", "limit", h.svc.MaxPixels())
+	case errors.Is(err, files.ErrImageTooMuchMemory):
+		return apiErr(http.StatusUnprocessableEntity, "image_too_much_memory",
+			"decoding the image would need more memory than one image may use (dimensions times bytes per pixel)",
+			"limit", h.svc.ImageMaxMemory())
 	case errors.Is(err, files.ErrBadImage):
 		return apiErr(http.StatusUnprocessableEntity, "invalid_image", "the image data is corrupt")
 	case errors.Is(err, files.ErrBusy):
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(busyRetryAfter))
 		return &web.Error{Status: http.StatusServiceUnavailable, Code: "busy", Cause: err,
 			Body: fiber.Map{"err": "too many images are being processed, try again shortly"}}
 	}

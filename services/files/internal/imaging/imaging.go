@@ -1,8 +1,10 @@
 // Package imaging re-encodes uploaded images for display: it recognises
-// JPEG, PNG, GIF and WebP by their content, refuses decompression bombs from
-// the header dimensions before decoding, applies the EXIF orientation, drops
-// every piece of metadata, bounds the longest side and encodes JPEG (opaque
-// images) or PNG (PNG sources and anything with transparency).
+// JPEG, PNG, GIF and WebP by their content, refuses decompression bombs
+// from the header before decoding (the dimensions, and the bytes decoding
+// and re-encoding take at the image's bit depth and channels: Estimate),
+// applies the EXIF orientation, drops every piece of metadata, bounds the
+// longest side and encodes JPEG (opaque images) or PNG (PNG sources and
+// anything with transparency).
 package imaging
 
 import (
@@ -15,7 +17,6 @@ import (
 	"image/jpeg"
 	"image/png"
 
-	xdraw "golang.org/x/image/draw"
 	"golang.org/x/image/webp"
 )
 
@@ -39,9 +40,12 @@ var (
 
 // Options bound and tune re-encoding.
 type Options struct {
-	MaxPixels   int64 // width*height allowed in the header
-	MaxSide     int   // longest side of the output
-	JPEGQuality int   // 1..100
+	MaxPixels int64 // width*height allowed in the header
+	// MaxMemory bounds the bytes decoding and re-encoding one image may
+	// allocate, as Estimate counts them from the header; 0: no bound.
+	MaxMemory   int64
+	MaxSide     int // longest side of the output
+	JPEGQuality int // 1..100
 }
 
 // Result is a re-encoded image.
@@ -95,44 +99,34 @@ func decode(f Format, b []byte) (image.Image, error) {
 	}
 }
 
-// Check reads only the header: the format must be known and the declared
-// dimensions within o.MaxPixels. It is what stands between a small upload
-// and a huge allocation.
-func Check(b []byte, o Options) error {
-	_, _, err := check(b, o)
-	return err
-}
-
-func check(b []byte, o Options) (Format, image.Config, error) {
-	f, ok := Sniff(b)
-	if !ok {
-		return "", image.Config{}, ErrNotImage
-	}
-	cfg, err := decodeConfig(f, b)
+// Check reads only the header: the format must be known, the declared
+// dimensions within o.MaxPixels and the memory processing takes (Estimate)
+// within o.MaxMemory. It is what stands between a small upload and a huge
+// allocation.
+func Check(b []byte, o Options) (Cost, error) {
+	c, err := Estimate(b, o)
 	if err != nil {
-		return f, cfg, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return c, err
 	}
-	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return f, cfg, fmt.Errorf("%w: %dx%d", ErrCorrupt, cfg.Width, cfg.Height)
+	if o.MaxMemory > 0 && c.Bytes() > o.MaxMemory {
+		return c, fmt.Errorf("%w: %dx%d needs %d bytes, over %d", ErrTooMuchMemory, c.Width, c.Height, c.Bytes(), o.MaxMemory)
 	}
-	if int64(cfg.Width)*int64(cfg.Height) > o.MaxPixels {
-		return f, cfg, fmt.Errorf("%w: %dx%d is over %d pixels", ErrTooManyPixels, cfg.Width, cfg.Height, o.MaxPixels)
-	}
-	return f, cfg, nil
+	return c, nil
 }
 
 // Process re-encodes b. See the package comment for the rules.
 func Process(b []byte, o Options) (Result, error) {
-	f, cfg, err := check(b, o)
+	c, err := Check(b, o)
 	if err != nil {
 		return Result{}, err
 	}
+	f := c.Format
 	orientation := Orientation(f, b)
 	src, err := decode(f, b)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if sb := src.Bounds(); sb.Dx() > cfg.Width || sb.Dy() > cfg.Height {
+	if sb := src.Bounds(); sb.Dx() > c.Width || sb.Dy() > c.Height {
 		return Result{}, fmt.Errorf("%w: decoded size differs from the header", ErrCorrupt)
 	}
 	asPNG := f == PNG || !opaque(src)
@@ -177,27 +171,6 @@ func opaque(img image.Image) bool {
 		}
 	}
 	return true
-}
-
-// resize scales img so its longest side is at most max (never up).
-func resize(img image.Image, max int) image.Image {
-	b := img.Bounds()
-	w, h := b.Dx(), b.Dy()
-	if max <= 0 || (w <= max && h <= max) {
-		return img
-	}
-	nw, nh := max, max
-	if w >= h {
-		nh = int((int64(h)*int64(max) + int64(w)/2) / int64(w))
-	} else {
-		nw = int((int64(w)*int64(max) + int64(h)/2) / int64(h))
-	}
-	nw, nh = atLeast1(nw), atLeast1(nh)
-	dst := image.NewRGBA(image.Rect(0, 0, nw, nh))
-	// BiLinear stretches its kernel when shrinking (no aliasing) and is
-	// about three times as fast as CatmullRom on a 12 MP photo.
-	xdraw.BiLinear.Scale(dst, dst.Bounds(), img, b, xdraw.Src, nil)
-	return dst
 }
 
 func atLeast1(n int) int {

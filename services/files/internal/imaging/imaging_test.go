@@ -297,11 +297,12 @@ func FuzzImageHeader(f *testing.F) {
 	f.Add([]byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;"))
 	f.Add([]byte("RIFF\x1a\x00\x00\x00WEBPVP8L\x0d\x00\x00\x00/\x00\x00\x00\x10\x07\x10\x11\x11\x88\x88\xfe\x07\x00"))
 	f.Add(withJPEGExif(encodeJPEG(f, twoTone(4, 4)), exifTIFF(true, 8)))
+	f.Add(craftedPNG(f, 40, 30, 16, 6, 1, true))
 	o := Options{MaxPixels: 64 * 64, MaxSide: 16, JPEGQuality: 80}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := Check(b, o)
+		_, err := Check(b, o)
 		if err != nil {
-			if !errors.Is(err, ErrNotImage) && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrTooManyPixels) {
+			if !errors.Is(err, ErrNotImage) && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrTooManyPixels) && !errors.Is(err, ErrTooMuchMemory) {
 				t.Fatalf("unexpected error kind: %v", err)
 			}
 			return

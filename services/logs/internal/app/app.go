@@ -224,7 +224,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		Store: store, Writer: writer, Apps: apps, Validator: validator, Config: s.HTTP,
 		Verifier:   identity.NewVerifier(pub, "logs"),
 		Tail:       &natsingest.Tail{JS: js, NC: nc, Config: s.Ingest, Validator: validator},
-		TailConfig: s.Tail, Stop: ctx,
+		TailConfig: s.Tail, Stop: ctx, Log: log,
 		OTLP: otlpingest.Publisher{JS: js}, Prefix: s.Prefix, ServiceCredentials: s.ServiceCredentials,
 		Checks: map[string]func(context.Context) error{
 			"mongo": store.Ping,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,7 +48,17 @@ type API struct {
 	Prefix             string
 	ServiceCredentials []string
 	Stop               context.Context
-	tails              tailState
+	// Log gets the line of a panic in a streamed answer (export, tail);
+	// nil: slog.Default().
+	Log   *slog.Logger
+	tails tailState
+}
+
+func (a *API) log() *slog.Logger {
+	if a.Log == nil {
+		return slog.Default()
+	}
+	return a.Log
 }
 
 // Register mounts the routes on app.

@@ -107,7 +107,7 @@ func (a *API) export(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderContentEncoding, "gzip")
 	}
 	ctx, store := a.Stop, a.Store
-	c.Status(http.StatusOK).Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
+	c.Status(http.StatusOK).Context().SetBodyStreamWriter(web.GuardStream(a.log(), web.RequestID(c), func(bw *bufio.Writer) {
 		var w io.Writer = bw
 		var zw *gzip.Writer
 		if gz {
@@ -130,7 +130,7 @@ func (a *API) export(c *fiber.Ctx) error {
 			_ = zw.Close()
 		}
 		_ = bw.Flush()
-	})
+	}))
 	return nil
 }
 
@@ -172,9 +172,15 @@ func writeExport(ctx context.Context, store logs.Store, enc *json.Encoder, flush
 	return nil
 }
 
-// Stats limits.
+// Stats limits. Every bound is checked before any arithmetic on the
+// request's values (logs.StatsQuery.Buckets computes the bucket count
+// without overflow), so no from, to or step can size or index the buckets
+// wrongly.
 const (
-	MaxStatsBuckets    = 1000
+	MaxStatsBuckets    = logs.MaxStatsBuckets
+	MinStatsStep       = time.Second
+	MinStatsYear       = 1970 // records are stamped by the service: none is older
+	MaxStatsYear       = 9999 // the largest year RFC 3339 (and JSON) can write
 	DefaultStatsWindow = 24 * time.Hour
 	DefaultStatsStep   = time.Hour
 )
@@ -184,6 +190,24 @@ type statsBucketJSON struct {
 	To     time.Time        `json:"to"`
 	Counts map[string]int64 `json:"counts"`
 	Total  int64            `json:"total"`
+}
+
+// statsTime reads the RFC 3339 time of query parameter name, if present,
+// with its year in MinStatsYear..MaxStatsYear.
+func statsTime(c *fiber.Ctx, name string) (time.Time, bool, error) {
+	s := c.Query(name)
+	if s == "" {
+		return time.Time{}, false, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, false, web.FieldError(name, "invalid_time", name+" must be an RFC 3339 time")
+	}
+	if y := t.UTC().Year(); y < MinStatsYear || y > MaxStatsYear {
+		return time.Time{}, false, web.FieldError(name, "time_out_of_range",
+			fmt.Sprintf("%s must be a time in the years %d to %d (UTC)", name, MinStatsYear, MaxStatsYear))
+	}
+	return t, true, nil
 }
 
 // stats: GET /log/stats?from&to&step&app → 200 {from, to, step, app,
@@ -196,33 +220,39 @@ func (a *API) stats(c *fiber.Ctx) error {
 	}
 	q.Step = DefaultStatsStep
 	if s := c.Query("step"); s != "" {
-		if q.Step, err = time.ParseDuration(s); err != nil || q.Step < time.Second {
+		if q.Step, err = time.ParseDuration(s); err != nil || q.Step < MinStatsStep {
 			return web.FieldError("step", "invalid_step", "step must be a duration of at least 1s, such as 5m or 1h")
 		}
 	}
-	q.To = a.Now().UTC()
-	if s := c.Query("to"); s != "" {
-		if q.To, err = time.Parse(time.RFC3339Nano, s); err != nil {
-			return web.FieldError("to", "invalid_time", "to must be an RFC 3339 time")
-		}
+	to, ok, err := statsTime(c, "to")
+	if err != nil {
+		return err
 	}
-	q.From = q.To.Add(-DefaultStatsWindow)
-	if s := c.Query("from"); s != "" {
-		if q.From, err = time.Parse(time.RFC3339Nano, s); err != nil {
-			return web.FieldError("from", "invalid_time", "from must be an RFC 3339 time")
-		}
+	if q.To = a.Now().UTC(); ok {
+		q.To = to
 	}
-	if !q.From.Before(q.To) {
-		return web.FieldError("to", "invalid_range", "to must be after from")
+	from, ok, err := statsTime(c, "from")
+	if err != nil {
+		return err
 	}
-	if n := (q.To.Sub(q.From) + q.Step - 1) / q.Step; n > MaxStatsBuckets {
-		return web.FieldError("step", "too_many_buckets", fmt.Sprintf("from..to divided by step makes %d buckets; at most %d", n, MaxStatsBuckets))
+	if q.From = q.To.Add(-DefaultStatsWindow); ok {
+		q.From = from
+	}
+	n, err := q.Buckets()
+	var ie *logs.InvalidError
+	if errors.As(err, &ie) {
+		return web.FieldError(ie.Field, ie.Code, ie.Msg)
+	} else if err != nil {
+		return err
 	}
 	st, err := a.Store.Stats(c.UserContext(), q)
 	if err != nil {
 		return err
 	}
-	out := make([]statsBucketJSON, len(st.Counts))
+	if len(st.Counts) != n {
+		return fmt.Errorf("stats: the store made %d buckets, want %d", len(st.Counts), n)
+	}
+	out := make([]statsBucketJSON, n)
 	for i, counts := range st.Counts {
 		b := statsBucketJSON{From: q.From.Add(time.Duration(i) * q.Step).UTC(), Counts: counts}
 		b.To = b.From.Add(q.Step)

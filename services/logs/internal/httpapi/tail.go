@@ -97,7 +97,7 @@ func (a *API) tail(c *fiber.Ctx) error {
 	c.Set("X-Accel-Buffering", "no") // tell buffering proxies to pass it through
 	c.Set("X-Content-Type-Options", "nosniff")
 	c.Status(http.StatusOK)
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+	c.Context().SetBodyStreamWriter(web.GuardStream(a.log(), web.RequestID(c), func(w *bufio.Writer) {
 		defer a.tails.open.Add(-1)
 		defer cancel()
 		defer f.Stop()
@@ -135,6 +135,6 @@ func (a *API) tail(c *fiber.Ctx) error {
 				return
 			}
 		}
-	})
+	}))
 	return nil
 }

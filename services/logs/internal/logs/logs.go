@@ -115,6 +115,52 @@ type StatsQuery struct {
 	Step     time.Duration
 }
 
+// MaxStatsBuckets is the most buckets a StatsQuery may make: Stats
+// allocates one map per bucket, so the count is bounded before anything is
+// allocated.
+const MaxStatsBuckets = 1000
+
+// Buckets checks q and returns its number of buckets, ceil((To-From)/Step),
+// computed without overflow: Step must be positive, From before To, To-From
+// a representable duration (time.Time.Sub saturates at about 292 years,
+// which would make every bucket index wrong) and the count at most
+// MaxStatsBuckets. Every bucket boundary From+i*Step (i < n) is then
+// representable too. The error is an *InvalidError naming the field.
+func (q StatsQuery) Buckets() (int, error) {
+	if q.Step <= 0 {
+		return 0, &InvalidError{Field: "step", Code: "invalid_step", Msg: "step must be positive"}
+	}
+	if !q.From.Before(q.To) {
+		return 0, &InvalidError{Field: "to", Code: "invalid_range", Msg: "to must be after from"}
+	}
+	span := q.To.Sub(q.From)
+	if !q.From.Add(span).Equal(q.To) { // Sub saturated
+		return 0, &InvalidError{Field: "from", Code: "range_too_long", Msg: "from..to is longer than a duration can hold"}
+	}
+	n := span / q.Step // no addition: span + Step - 1 may overflow
+	if span%q.Step != 0 {
+		n++
+	}
+	if n > MaxStatsBuckets {
+		return 0, &InvalidError{Field: "step", Code: "too_many_buckets",
+			Msg: fmt.Sprintf("from..to divided by step makes %d buckets; at most %d", n, MaxStatsBuckets)}
+	}
+	return int(n), nil
+}
+
+// Bucket returns the index of the bucket of t among n (from Buckets), or -1
+// when t is outside [From, To) or past the last bucket.
+func (q StatsQuery) Bucket(t time.Time, n int) int {
+	if t.Before(q.From) || !t.Before(q.To) || q.Step <= 0 {
+		return -1
+	}
+	b := t.Sub(q.From) / q.Step
+	if b < 0 || b >= time.Duration(n) {
+		return -1
+	}
+	return int(b)
+}
+
 // Stats is the answer to a StatsQuery: Counts[i][type] is the number of
 // records of type created in [From+i*Step, From+(i+1)*Step). Partial is set
 // when a chain was longer than a read may look at (the oldest buckets may

@@ -98,8 +98,13 @@ func (s *Search) Match(fields ...string) bool {
 	return true
 }
 
+// in reports whether t occurs in f, ignoring case. U+0130 (İ) and U+212A
+// (the Kelvin sign) are the only non-ASCII characters Unicode lower-cases
+// to ASCII letters (i, k): a field holding one is lower-cased whole, so that
+// an ASCII term matches it as it matches the field's lower-cased text
+// (FuzzParseSearch checks that every q matches itself).
 func (t term) in(f string) bool {
-	if !t.ascii {
+	if !t.ascii || strings.Contains(f, "\u0130") || strings.Contains(f, "\u212a") {
 		return strings.Contains(strings.ToLower(f), t.lower)
 	}
 	return containsFoldASCII(f, t.lower)

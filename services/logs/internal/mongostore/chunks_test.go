@@ -15,14 +15,23 @@ import (
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/logs/storetest"
 	"github.com/acme/platform/services/logs/internal/mongostore"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
+// copyingStore is a store that also writes log_records (the copy the
+// tests check with checkRecordsDocuments).
+func copyingStore(db *mongo.Database) *mongostore.Store {
+	st := mongostore.New(db)
+	st.SetRecordDocuments(true)
+	return st
+}
+
 func newStore(t *testing.T) *mongostore.Store {
 	t.Helper()
 	s := testkit.Get(t)
-	st := mongostore.New(s.Mongo.Database(s.Database(t)))
+	st := copyingStore(s.Mongo.Database(s.Database(t)))
 	if err := st.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +447,7 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 			mongostore.FailBeforeAppend(st, nil)
 			mongostore.FailBeforeCopy(st, false)
 			// Other writes (another process) move the chains on meanwhile.
-			other := mongostore.New(st.Database())
+			other := copyingStore(st.Database())
 			insert(t, other, recs(400, 30, "log"))
 			insert(t, other, recs(430, 30, "log"))
 			// The redelivery comes with other records, new and old.
@@ -452,7 +461,7 @@ func TestRetryAfterCrashListsOnce(t *testing.T) {
 			}
 			insert(t, st, batch) // a second redelivery changes nothing
 			// nor does one to a replica that has seen none of it
-			insert(t, mongostore.New(st.Database()), batch)
+			insert(t, copyingStore(st.Database()), batch)
 			checkOnce(t, st, "", 410)
 			checkOnce(t, st, "appA", 205)
 			checkOnce(t, st, "appB", 205)
@@ -490,7 +499,7 @@ func TestConcurrentWriters(t *testing.T) {
 	const writers, batches, per = 3, 8, 40
 	var wg sync.WaitGroup
 	for w := range writers {
-		st := mongostore.New(db)
+		st := copyingStore(db)
 		mongostore.SetChunkMax(st, 16)
 		wg.Go(func() {
 			for b := range batches {
@@ -508,7 +517,7 @@ func TestConcurrentWriters(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	st := mongostore.New(db)
+	st := copyingStore(db)
 	total := writers * batches * per
 	checkOnce(t, st, "", total)
 	checkRecordsDocuments(t, st)
@@ -581,7 +590,7 @@ func TestRetentionOfAnAppNoLongerConfigured(t *testing.T) {
 		insert(t, st, batch(first))
 	}
 	// A process configured with KEPT only.
-	later := mongostore.New(st.Database())
+	later := copyingStore(st.Database())
 	if _, err := later.EnsureApps(ctx, []string{"KEPT"}); err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +646,7 @@ func TestRecordFieldsRoundTrip(t *testing.T) {
 			t.Fatalf("record %d: id %q", i, r.ID)
 		}
 	}
-	other := mongostore.New(st.Database())
+	other := copyingStore(st.Database())
 	for _, reader := range []*mongostore.Store{st, other} {
 		for _, appID := range []string{"", apps[0].ID, apps[1].ID} {
 			got, err := storetest.All(ctx, reader, appID)

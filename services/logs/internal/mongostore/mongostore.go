@@ -83,7 +83,6 @@ func New(db *mongo.Database) *Store {
 		slots:      slots{ranges: map[string]*cachedRange{}, lock: map[string]*sync.Mutex{}},
 		chunkMax:   chunkMaxRecords,
 		filterScan: DefaultFilterScan,
-		recordDocs: true,
 		cache:      newChunkCache(DefaultChunkCacheBytes),
 		appNames:   map[string]string{},
 	}
@@ -98,9 +97,9 @@ func (s *Store) SetChunkCache(bytes int64) { s.cache = newChunkCache(bytes) }
 func (s *Store) SetFilterScan(n int) { s.filterScan = max(n, 1) }
 
 // SetRecordDocuments says whether writes copy the records of the type
-// chains to log_records as plain documents, for MongoDB's own tools (on by
-// default; off, a write costs about half the CPU). Call it before using the
-// store.
+// chains to log_records as plain documents, for MongoDB's own tools (off
+// unless asked, as LOGS_RECORD_DOCUMENTS is; on, a write costs about twice
+// the CPU). Call it before using the store.
 func (s *Store) SetRecordDocuments(on bool) { s.recordDocs = on }
 
 // EnsureIndexes creates the indexes (idempotent). Reads address chunks and
@@ -113,7 +112,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	}{
 		{s.ids, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}}, Options: options.Index().SetName("at_time")}},
 		{s.apps, mongo.IndexModel{Keys: bson.D{{Key: "name", Value: 1}}, Options: options.Index().SetUnique(true).SetName("name_unique")}},
-		{s.dead, mongo.IndexModel{Keys: bson.D{{Key: "receivedAt", Value: -1}}, Options: options.Index().SetName("received")}},
+		{s.dead, mongo.IndexModel{Keys: bson.D{{Key: "receivedAt", Value: -1}, {Key: "_id", Value: -1}}, Options: options.Index().SetName("receivedAt_id")}},
 	}
 	for _, i := range all {
 		if err := mongox.EnsureIndexes(ctx, i.c, i.model); err != nil {

@@ -25,7 +25,13 @@ const statsReadAhead = 8
 // boundary or an end of the range is read whole and counted record by
 // record.
 func (s *Store) Stats(ctx context.Context, q logs.StatsQuery) (logs.Stats, error) {
-	n := int((q.To.Sub(q.From) + q.Step - 1) / q.Step)
+	// The HTTP layer checks the query first; checked again here, before
+	// anything is allocated, so that no caller can size the buckets or
+	// index past them.
+	n, err := q.Buckets()
+	if err != nil {
+		return logs.Stats{}, err
+	}
 	out := logs.Stats{Counts: make([]map[string]int64, n)}
 	for i := range out.Counts {
 		out.Counts[i] = make(map[string]int64, len(logs.Types))
@@ -33,12 +39,7 @@ func (s *Store) Stats(ctx context.Context, q logs.StatsQuery) (logs.Stats, error
 			out.Counts[i][t] = 0
 		}
 	}
-	bucket := func(t time.Time) int {
-		if t.Before(q.From) || !t.Before(q.To) {
-			return -1
-		}
-		return int(t.Sub(q.From) / q.Step)
-	}
+	bucket := func(t time.Time) int { return q.Bucket(t, n) }
 	sk := newSkipper(logs.Query{To: q.To})
 	for _, typ := range logs.Types {
 		key := typeKey(typ)

@@ -182,6 +182,7 @@ func Run(t *testing.T, newStore func(t *testing.T) logs.Store) {
 	t.Run("Filters", func(t *testing.T) { testFilters(t, newStore) })
 	t.Run("Export", func(t *testing.T) { testExport(t, newStore) })
 	t.Run("Stats", func(t *testing.T) { testStats(t, newStore) })
+	t.Run("StatsBounds", func(t *testing.T) { testStatsBounds(t, newStore) })
 	t.Run("DeleteBefore", func(t *testing.T) { testDeleteBefore(t, newStore) })
 	t.Run("DeadLetters", func(t *testing.T) { testDeadLetters(t, newStore) })
 }
@@ -479,6 +480,52 @@ func testStats(t *testing.T, newStore func(t *testing.T) logs.Store) {
 					t.Fatalf("app %q step %v bucket %d: %v, want %v", app, step, i, s.Counts[i], want[i])
 				}
 			}
+		}
+	}
+}
+
+// Stats refuses, with an *logs.InvalidError and before allocating
+// anything, a query whose buckets cannot be counted (issue 34 row 1: from
+// year 1 to 9999 by 2562047h overflowed the bucket count and the store
+// indexed past its buckets, a panic), whoever calls it; a query at the
+// bounds is still answered.
+func testStatsBounds(t *testing.T, newStore func(t *testing.T) logs.Store) {
+	f := newFixture(t, newStore)
+	f.insert(f.recs(0, 50, logs.TypeLog))
+	f.insert(f.recs(0, 10, logs.TypeError))
+	year := func(y int) time.Time { return time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC) }
+	for _, q := range []logs.StatsQuery{
+		{From: year(1), To: time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), Step: 2562047 * time.Hour},
+		{From: year(1970), To: year(9999), Step: time.Duration(1<<63 - 1)},
+		{From: year(2000), To: year(2600), Step: time.Hour},
+		{From: t0.Add(-time.Hour), To: t0.Add(time.Hour), Step: time.Second}, // 7,200 buckets
+		{From: t0, To: t0, Step: time.Second},
+		{From: t0.Add(time.Hour), To: t0, Step: time.Second},
+		{From: t0, To: t0.Add(time.Hour), Step: 0},
+		{From: t0, To: t0.Add(time.Hour), Step: -time.Second},
+	} {
+		s, err := f.st.Stats(context.Background(), q)
+		var ie *logs.InvalidError
+		if !errors.As(err, &ie) || s.Counts != nil {
+			t.Fatalf("Stats(%v..%v by %v) = %d buckets, %v; want an *logs.InvalidError", q.From, q.To, q.Step, len(s.Counts), err)
+		}
+	}
+	// The most buckets allowed, and a step longer than the range.
+	for _, q := range []logs.StatsQuery{
+		{From: t0.Add(-500 * time.Millisecond), To: t0.Add(500 * time.Millisecond), Step: time.Millisecond},
+		{From: year(1970), To: t0.Add(time.Hour), Step: time.Duration(1<<63 - 1)},
+	} {
+		s, err := f.st.Stats(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := q.Buckets()
+		var total int64
+		for _, c := range s.Counts {
+			total += c[logs.TypeLog] + c[logs.TypeError]
+		}
+		if len(s.Counts) != n || total != 60 {
+			t.Fatalf("Stats(%v..%v by %v): %d buckets counting %d records, want %d and 60", q.From, q.To, q.Step, len(s.Counts), total, n)
 		}
 	}
 }

@@ -1,0 +1,170 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// pushdownDB starts the patched server and returns a database on it.
+func pushdownDB(t *testing.T) *mongo.Database {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real server; not in the fast tier (-short)")
+	}
+	ctx := context.Background()
+	p, err := StartFerretDB(ctx, FerretDBOptions{Dir: filepath.Join(t.TempDir(), "mongo")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	client, err := mongo.Connect(options.Client().ApplyURI(p.URI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client.Database("kit")
+}
+
+// explain returns the server's explain of a find command.
+func explain(t *testing.T, db *mongo.Database, find bson.D) bson.M {
+	t.Helper()
+	var res bson.M
+	if err := db.RunCommand(context.Background(), bson.D{{Key: "explain", Value: find}}).Decode(&res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestFerretDBPushdown: the patched SQLite backend narrows a query by
+// top-level equality and $in with the index the collection has (the SQLite
+// plan says SEARCH ... USING INDEX, not SCAN), sorts and limits by an index
+// that serves the sort, counts a whole collection with SQL, and returns
+// exactly what MongoDB's semantics say, including documents whose field is
+// an array holding the value (which the index alone would miss).
+func TestFerretDBPushdown(t *testing.T) {
+	db := pushdownDB(t)
+	ctx := context.Background()
+	c := db.Collection("files")
+	if _, err := c.Indexes().CreateMany(ctx, []mongo.IndexModel{
+		{Keys: bson.D{{Key: "owner", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}, Options: options.Index().SetName("owner_createdAt")},
+		{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("createdAt_id")},
+		{Keys: bson.D{{Key: "flag", Value: 1}}, Options: options.Index().SetName("flag")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var docs []any
+	for i := range 2000 {
+		docs = append(docs, bson.D{
+			{Key: "_id", Value: fmt.Sprintf("f%05d", i)},
+			{Key: "owner", Value: fmt.Sprintf("u%03d", i%100)},
+			{Key: "createdAt", Value: base.Add(time.Duration(i) * time.Second)},
+			{Key: "flag", Value: i%2 == 0},
+		})
+	}
+	// An array holding u007, a number, a missing owner and an ObjectID:
+	// MongoDB's equality matches the first for "u007", never the others.
+	oid := bson.NewObjectID()
+	docs = append(docs,
+		bson.D{{Key: "_id", Value: "arr"}, {Key: "owner", Value: bson.A{"x", "u007"}}, {Key: "createdAt", Value: base}},
+		bson.D{{Key: "_id", Value: "num"}, {Key: "owner", Value: 7}, {Key: "createdAt", Value: base}},
+		bson.D{{Key: "_id", Value: "none"}, {Key: "createdAt", Value: base}},
+		bson.D{{Key: "_id", Value: oid}, {Key: "owner", Value: oid.Hex()}, {Key: "createdAt", Value: base}},
+	)
+	if _, err := c.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+
+	ids := func(filter any, opts ...options.Lister[options.FindOptions]) []string {
+		t.Helper()
+		cur, err := c.Find(ctx, filter, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []bson.M
+		if err := cur.All(ctx, &got); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]string, 0, len(got))
+		for _, d := range got {
+			out = append(out, fmt.Sprint(d["_id"]))
+		}
+		return out
+	}
+
+	// Results: MongoDB's semantics, arrays included.
+	got := ids(bson.D{{Key: "owner", Value: "u007"}})
+	if len(got) != 21 || !slices.Contains(got, "arr") || slices.Contains(got, "num") {
+		t.Fatalf("owner u007: %d documents %v, want the 20 of u007 and the array", len(got), got)
+	}
+	got = ids(bson.D{{Key: "owner", Value: bson.D{{Key: "$in", Value: bson.A{"u001", "u002"}}}}, {Key: "flag", Value: true}})
+	if len(got) != 20 {
+		t.Fatalf("owner in (u001, u002) and flag: %d documents %v, want 20", len(got), got)
+	}
+	got = ids(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"f00001", "f00002", "nope"}}}}})
+	if slices.Sort(got); !slices.Equal(got, []string{"f00001", "f00002"}) {
+		t.Fatalf("_id in: %v", got)
+	}
+	got = ids(bson.D{{Key: "owner", Value: oid.Hex()}})
+	if len(got) != 1 {
+		t.Fatalf("owner = the ObjectID's hex string: %v, want only the string-valued document", got)
+	}
+	got = ids(bson.D{{Key: "owner", Value: "u007"}}, options.Find().SetSort(bson.D{{Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(3))
+	if !slices.Equal(got, []string{"f01907", "f01807", "f01707"}) {
+		t.Fatalf("owner u007, newest 3: %v", got)
+	}
+	got = ids(bson.D{}, options.Find().SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).SetSkip(1000).SetLimit(3))
+	if !slices.Equal(got, []string{"f00996", "f00997", "f00998"}) {
+		t.Fatalf("all by createdAt, page at 1000: %v", got)
+	}
+	if n, err := c.EstimatedDocumentCount(ctx); err != nil || n != 2004 {
+		t.Fatalf("count: %d, %v; want 2004", n, err)
+	}
+	if n, err := c.CountDocuments(ctx, bson.D{{Key: "owner", Value: "u007"}}); err != nil || n != 21 {
+		t.Fatalf("count of u007: %d, %v; want 21", n, err)
+	}
+
+	// Plans: an index, never a scan of the table.
+	for _, tc := range []struct {
+		name string
+		find bson.D
+		sort bool
+	}{
+		{"equality", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{{Key: "owner", Value: "u007"}}}}, false},
+		{"$eq and $in", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{{Key: "owner", Value: bson.D{{Key: "$in", Value: bson.A{"u1", "u2"}}}}, {Key: "flag", Value: bson.D{{Key: "$eq", Value: true}}}}}}, false},
+		{"_id and another field", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{{Key: "_id", Value: "f00001"}, {Key: "owner", Value: "u001"}}}}, false},
+		{"sorted page", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{}}, {Key: "sort", Value: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}}, {Key: "skip", Value: int64(40)}, {Key: "limit", Value: int64(20)}}, true},
+		{"sorted page, reversed", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{}}, {Key: "sort", Value: bson.D{{Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}}, {Key: "limit", Value: int64(20)}}, true},
+	} {
+		res := explain(t, db, tc.find)
+		plan := fmt.Sprint(res["queryPlanner"])
+		t.Logf("%s: %s", tc.name, plan)
+		if !strings.Contains(plan, "USING INDEX") || strings.Contains(plan, "SCAN") && !tc.sort || strings.Contains(plan, "TEMP B-TREE") {
+			t.Errorf("%s: plan %s, want the index and no sort of its own", tc.name, plan)
+		}
+		if tc.sort && (res["sortPushdown"] != true || res["limitPushdown"] != true) {
+			t.Errorf("%s: sort or limit not pushed down: %v", tc.name, res)
+		}
+		if !tc.sort && res["filterPushdown"] != true {
+			t.Errorf("%s: filter not pushed down: %v", tc.name, res)
+		}
+	}
+	// A sort no index serves is not pushed down (and so neither is the limit).
+	res := explain(t, db, bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{}}, {Key: "sort", Value: bson.D{{Key: "flag", Value: -1}, {Key: "owner", Value: 1}}}, {Key: "limit", Value: int64(5)}})
+	if res["sortPushdown"] == true || res["limitPushdown"] == true {
+		t.Errorf("sort without an index: %v, want neither sort nor limit pushed down", res)
+	}
+	got = ids(bson.D{}, options.Find().SetSort(bson.D{{Key: "flag", Value: -1}, {Key: "owner", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(2))
+	if !slices.Equal(got, []string{"f00000", "f00100"}) {
+		t.Fatalf("sort without an index: %v", got)
+	}
+}

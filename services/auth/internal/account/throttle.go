@@ -1,0 +1,128 @@
+package account
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+)
+
+// throttleKey is a throttle key and the rule its attempts count under.
+type throttleKey struct {
+	key  string
+	rule ThrottleRule
+}
+
+// admission is what one attempt was admitted with: a ticket per key.
+type admission []Ticket
+
+// admit reserves one attempt under each key (a rule with Max <= 0 is off)
+// before the work the keys guard. When one key refuses (*ThrottledError),
+// the tickets taken from the others are given back: the attempt did not
+// happen. An admitted attempt counts until release or succeeded gives it
+// back, so a failure needs no further write, and N concurrent attempts
+// never do the guarded work more than Max times.
+func (s *Service) admit(ctx context.Context, keys ...throttleKey) (admission, error) {
+	var a admission
+	t := s.now()
+	for _, k := range keys {
+		if k.rule.Max <= 0 {
+			continue
+		}
+		tk, err := s.throttle.Admit(ctx, k.key, k.rule, t)
+		if err != nil {
+			s.release(ctx, a)
+			var te *ThrottledError
+			if errors.As(err, &te) && te.What == "" {
+				te.What = throttledWhat(k.key)
+			}
+			return nil, err
+		}
+		a = append(a, tk)
+	}
+	return a, nil
+}
+
+// release gives back every attempt of a: it did not fail (it was not
+// decided, or it succeeded and the keys count attempts only when they fail).
+func (s *Service) release(ctx context.Context, a admission) {
+	ctx = context.WithoutCancel(ctx)
+	for _, tk := range a {
+		if err := s.throttle.Release(ctx, tk); err != nil {
+			s.log.WarnContext(ctx, "release throttle ticket", "err", err)
+		}
+	}
+}
+
+// succeeded ends a successful attempt: the key reset forgets its earlier
+// failures (unless the attempt was its only one), the others get their
+// ticket back.
+func (s *Service) succeeded(ctx context.Context, a admission, reset string) {
+	var rest admission
+	for _, tk := range a {
+		if tk.Key == reset && !tk.Fresh {
+			if err := s.throttleReset(ctx, reset); err != nil {
+				s.log.WarnContext(ctx, "reset throttle", "err", err)
+			}
+			continue
+		}
+		rest = append(rest, tk)
+	}
+	s.release(ctx, rest)
+}
+
+// throttleFail counts one attempt of each key under its rule, for actions
+// where every request counts (reset links, mails); *ThrottledError when a
+// key is used up or locked, and then nothing is counted.
+func (s *Service) throttleFail(ctx context.Context, keys ...throttleKey) error {
+	_, err := s.admit(ctx, keys...)
+	return err
+}
+
+// throttleReset forgets key's attempts and lock.
+func (s *Service) throttleReset(ctx context.Context, key string) error {
+	return s.throttle.Reset(context.WithoutCancel(ctx), key, s.now())
+}
+
+// checkThrottle returns ThrottledError if any key is locked, else the keys
+// that have throttle state. It reserves nothing: admit is what limits.
+func (s *Service) checkThrottle(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	locks, err := s.throttle.Check(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	t := s.now()
+	var until time.Time
+	for _, l := range locks {
+		if l.After(until) {
+			until = l
+		}
+	}
+	if until.After(t) {
+		return nil, &ThrottledError{RetryAfter: until.Sub(t)}
+	}
+	return locks, nil
+}
+
+// signInKeys are the throttle keys of a sign-in attempt on the account key
+// acct from client address ip (may be empty).
+func (s *Service) signInKeys(acct, ip string) []throttleKey {
+	keys := []throttleKey{{acct, s.cfg.Account}}
+	if ip != "" {
+		keys = append(keys, throttleKey{addressKey(ip), s.cfg.Address})
+	}
+	return keys
+}
+
+// throttledWhat says what a refused key limits ("" is failed sign-ins).
+func throttledWhat(key string) string {
+	switch {
+	case strings.HasPrefix(key, "reset-"):
+		return "too many password reset requests"
+	case strings.HasPrefix(key, "email-"):
+		return "too many e-mail address changes or verification mails"
+	case strings.HasPrefix(key, "ceremony-"):
+		return "too many passkey sign-ins begun"
+	}
+	return ""
+}

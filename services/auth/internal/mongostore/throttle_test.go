@@ -1,0 +1,218 @@
+package mongostore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/services/auth/internal/account"
+	"github.com/acme/platform/services/auth/internal/mongostore"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+var throttleRule = account.ThrottleRule{Max: 5, Window: time.Hour, Lock: time.Minute, LockMax: time.Hour}
+
+// admitMany runs n attempts of key at once (each in its own goroutine,
+// released together) and returns the tickets admitted and how many were
+// throttled; any other error fails the test.
+func admitMany(t *testing.T, th *mongostore.Throttle, key string, n int, rule account.ThrottleRule, now time.Time) ([]account.Ticket, int) {
+	t.Helper()
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		tickets   []account.Ticket
+		throttled atomic.Int32
+		start     = make(chan struct{})
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			tk, err := th.Admit(context.Background(), key, rule, now)
+			var te *account.ThrottledError
+			switch {
+			case err == nil:
+				mu.Lock()
+				tickets = append(tickets, tk)
+				mu.Unlock()
+			case errors.As(err, &te):
+				if te.RetryAfter <= 0 {
+					t.Errorf("throttled with Retry-After %v", te.RetryAfter)
+				}
+				throttled.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return tickets, int(throttled.Load())
+}
+
+// Attempts racing on one key on the test's server (the embedded FerretDB,
+// or MONGO_URL's server): exactly the limit is admitted, however many race,
+// because each admission is the insert of a slot with a unique _id.
+func TestThrottleConcurrentFailures(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for round := range 3 { // three keys, three races: no lucky run
+		key := "account:race" + string(rune('a'+round))
+		tickets, throttled := admitMany(t, th, key, 40, throttleRule, now)
+		if len(tickets) != throttleRule.Max || throttled != 40-throttleRule.Max {
+			t.Fatalf("40 concurrent attempts, limit %d: %d admitted, %d throttled", throttleRule.Max, len(tickets), throttled)
+		}
+		// The key is now locked: the next attempt is refused at once.
+		if _, err := th.Admit(context.Background(), key, throttleRule, now.Add(time.Second)); !isThrottled(err) {
+			t.Fatalf("attempt after the limit: %v, want throttled", err)
+		}
+	}
+}
+
+// The same for second-factor codes: SignInMFA admits each code check on the
+// account key and the address key under the sign-in rules; codes racing for
+// one account and one address are checked at most the limit of times.
+func TestThrottleConcurrentTOTPCodes(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	address := account.ThrottleRule{Max: 7, Window: time.Hour, Lock: time.Minute, LockMax: time.Hour}
+	var checked atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			a, err := th.Admit(context.Background(), "address:192.0.2.9", address, now)
+			if err != nil {
+				if !isThrottled(err) {
+					t.Error(err)
+				}
+				return
+			}
+			if _, err := th.Admit(context.Background(), "account:totp", throttleRule, now); err != nil {
+				if !isThrottled(err) {
+					t.Error(err)
+				}
+				_ = th.Release(context.Background(), a) // not attempted
+				return
+			}
+			checked.Add(1) // the code would be checked here, and be wrong
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := checked.Load(); n != int32(throttleRule.Max) {
+		t.Fatalf("40 concurrent codes: %d checked, want exactly %d", n, throttleRule.Max)
+	}
+}
+
+func isThrottled(err error) bool {
+	var te *account.ThrottledError
+	return errors.As(err, &te)
+}
+
+func TestThrottleLifecycle(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	rule := account.ThrottleRule{Max: 3, Window: time.Hour, Lock: time.Minute, LockMax: 3 * time.Minute}
+	// Inside one window, so the test does not straddle two.
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	admit := func(key string, at time.Time) (account.Ticket, error) { return th.Admit(ctx, key, rule, at) }
+
+	// A released attempt (a success) does not count; a kept one does.
+	for range 5 {
+		tk, err := admit("k", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tk.Fresh {
+			t.Fatalf("ticket %+v: want fresh (nothing else counted)", tk)
+		}
+		if err := th.Release(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		tk, err := admit("k", now)
+		if err != nil {
+			t.Fatalf("failure %d: %v", i+1, err)
+		}
+		if tk.Fresh != (i == 0) {
+			t.Fatalf("failure %d: fresh %v", i+1, tk.Fresh)
+		}
+	}
+	// The fourth locks for Lock, doubling with each further lock.
+	_, err := admit("k", now)
+	var te *account.ThrottledError
+	if !errors.As(err, &te) || te.RetryAfter != time.Minute {
+		t.Fatalf("fourth attempt: %v, want a 1 min lock", err)
+	}
+	if _, err := admit("k", now.Add(59*time.Second)); !isThrottled(err) {
+		t.Fatalf("during the lock: %v", err)
+	}
+	locks, err := th.Check(ctx, []string{"k", "other"})
+	if err != nil || len(locks) != 1 || !locks["k"].Equal(now.Add(time.Minute)) {
+		t.Fatalf("Check: %v %v", locks, err)
+	}
+	after := now.Add(time.Minute)
+	for i := range 3 { // a new round of three
+		if _, err := admit("k", after); err != nil {
+			t.Fatalf("after the lock, attempt %d: %v", i+1, err)
+		}
+	}
+	if _, err := admit("k", after); !errors.As(err, &te) || te.RetryAfter != 2*time.Minute {
+		t.Fatalf("second lock: %v, want 2 min", err)
+	}
+	// Reset forgets attempts and locks.
+	if err := th.Reset(ctx, "k", after); err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := admit("k", after); err != nil || !tk.Fresh {
+		t.Fatalf("after Reset: %+v %v", tk, err)
+	}
+	// The next window starts again.
+	for range 3 {
+		_, _ = admit("w", now)
+	}
+	if _, err := admit("w", now.Add(rule.Window)); err != nil {
+		t.Fatalf("next window: %v", err)
+	}
+	// Forget deletes ended windows and quiet keys.
+	if err := th.Forget(ctx, now.Add(3*time.Hour), now.Add(3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.AllowScan(db.Name(), mongostore.ThrottleCollection, "{}")
+	if n, _ := db.Collection(mongostore.ThrottleCollection).CountDocuments(ctx, bson.M{}); n != 0 {
+		t.Fatalf("%d documents left after Forget", n)
+	}
+}
+
+// A large limit (a global cap) is probed at random ordinals: never more
+// than the limit is admitted.
+func TestThrottleLargeLimitNeverExceeded(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	rule := account.ThrottleRule{Max: 100, Window: time.Hour}
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	admitted := 0
+	for range 300 {
+		if _, err := th.Admit(context.Background(), "cap", rule, now); err == nil {
+			admitted++
+		} else if !isThrottled(err) {
+			t.Fatal(err)
+		}
+	}
+	if admitted > rule.Max || admitted < rule.Max/2 {
+		t.Fatalf("%d admitted of a cap of %d", admitted, rule.Max)
+	}
+}
