@@ -18,7 +18,7 @@ test: packages minio
 
 ## test-security: the hostile-input suite: every attack of the security review replayed against the real processes (docs/reliability.md#the-hostile-input-suite)
 test-security: packages minio
-	$(GO) test -count=1 -timeout 20m -run '^TestHostile' ./scripts/e2e
+	$(GO) test -count=1 -timeout 20m -run '^(TestHostile|TestAuthorizationMatrix$$)' ./scripts/e2e
 
 ## test-short: the fast tier: unit tests with fakes only, no server started (about a minute with the build)
 test-short:

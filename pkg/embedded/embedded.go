@@ -127,6 +127,12 @@ func NATSWithConfig(path, dir string) (*server.Server, error) {
 	}
 	opts.StoreDir = dir
 	opts.NoSigs, opts.NoLog = true, true
+	return startNATS(opts)
+}
+
+// startNATS starts a NATS server with opts and waits until it accepts
+// connections.
+func startNATS(opts *server.Options) (*server.Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)

@@ -183,8 +183,8 @@ type ferretDBEdit struct {
 // exactly {_id: v}; every other find, count, aggregate, update and delete
 // read and decoded the whole collection, and the indexes createIndexes made
 // were never used. The added files (ferretpatch/*.go.txt) make the backend
-// narrow by every top-level equality and $in of strings, ObjectIDs and
-// bools (acmeWhere), sort and limit by an index that serves the sort when
+// narrow by every top-level equality and $in of strings, ObjectIDs, bools
+// and numbers (acmeWhere), sort and limit by an index that serves the sort when
 // the filter has no condition (acmeOrderBy, acmeSortLimit), and count a
 // whole collection with SQL (acmeFastCount). FerretDB still filters, sorts,
 // skips and limits every returned document itself, so the pushdown narrows
@@ -236,9 +236,10 @@ var ferretDBEdits = []ferretDBEdit{
 // ferretDBFiles are the files the patch adds: the copy's path, and the
 // name under ferretpatch/ (embedded into this package).
 var ferretDBFiles = map[string]string{
-	"internal/backends/sqlite/acme_pushdown.go": "acme_pushdown.go.txt",
-	"internal/backends/acme_count.go":           "acme_count.go.txt",
-	"internal/handler/acme_handler.go":          "acme_handler.go.txt",
+	"internal/backends/sqlite/acme_pushdown.go":        "acme_pushdown.go.txt",
+	"internal/backends/acme_count.go":                  "acme_count.go.txt",
+	"internal/handler/acme_handler.go":                 "acme_handler.go.txt",
+	"internal/backends/decorators/oplog/acme_count.go": "acme_oplog.go.txt",
 }
 
 // ferretDBPatched prepares work: a patched copy of the FerretDB module and

@@ -103,21 +103,8 @@ func TestFerretDBProcStopPauseRestart(t *testing.T) {
 // SQLite plan FerretDB's explain returns says SEARCH ... USING INDEX, not
 // SCAN (without the patch it is a SCAN of the whole table).
 func TestFerretDBUsesTheIDIndex(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real server; not in the fast tier (-short)")
-	}
+	db := pushdownDB(t)
 	ctx := context.Background()
-	p, err := StartFerretDB(ctx, FerretDBOptions{Dir: filepath.Join(t.TempDir(), "mongo")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Stop)
-	client, err := mongo.Connect(options.Client().ApplyURI(p.URI))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(ctx)
-	db := client.Database("kit")
 	if _, err := db.Collection("c").InsertMany(ctx, []any{bson.M{"_id": "a#1"}, bson.M{"_id": bson.NewObjectID()}}); err != nil {
 		t.Fatal(err)
 	}

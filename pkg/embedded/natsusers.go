@@ -5,7 +5,6 @@ import (
 	"os"
 	"regexp"
 	"sort"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -79,14 +78,5 @@ func NATSWithUsers(o NATSUsersOptions) (*server.Server, error) {
 	opts.StoreDir = o.Dir
 	opts.JetStream = true
 	opts.NoSigs, opts.NoLog = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(15 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("nats: not ready after 15s")
-	}
-	return s, nil
+	return startNATS(opts)
 }

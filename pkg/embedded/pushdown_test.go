@@ -2,7 +2,9 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,14 +16,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// pushdownDB starts the patched server and returns a database on it.
+// pushdownDB starts the patched server, reporting its scans to
+// scanLog(t), and returns a database on it.
 func pushdownDB(t *testing.T) *mongo.Database {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a real server; not in the fast tier (-short)")
 	}
 	ctx := context.Background()
-	p, err := StartFerretDB(ctx, FerretDBOptions{Dir: filepath.Join(t.TempDir(), "mongo")})
+	_ = os.Remove(scanLog(t))
+	t.Cleanup(func() { _ = os.Remove(scanLog(t)) })
+	p, err := StartFerretDB(ctx, FerretDBOptions{Dir: filepath.Join(t.TempDir(), "mongo"),
+		Env: []string{"ACME_FERRETDB_SCAN_LOG=" + scanLog(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +38,23 @@ func pushdownDB(t *testing.T) *mongo.Database {
 	}
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	return client.Database("kit")
+}
+
+// scanLog is the file t's server reports scans to.
+func scanLog(t *testing.T) string {
+	return filepath.Join(os.TempDir(), "acme-scans-"+strings.ReplaceAll(t.Name(), "/", "-")+".jsonl")
+}
+
+// scans returns the lines of t's scan log.
+func scans(t *testing.T) []string {
+	b, err := os.ReadFile(scanLog(t))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.FieldsFunc(string(b), func(r rune) bool { return r == '\n' })
 }
 
 // explain returns the server's explain of a find command.
@@ -114,6 +137,29 @@ func TestFerretDBPushdown(t *testing.T) {
 	if slices.Sort(got); !slices.Equal(got, []string{"f00001", "f00002"}) {
 		t.Fatalf("_id in: %v", got)
 	}
+	// Numbers: 7 as an int32, an int64 and a double is one value, as in
+	// MongoDB; 7.5 only itself.
+	if _, err := c.InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: int32(7)}, {Key: "n", Value: 7.0}},
+		bson.D{{Key: "_id", Value: "n64"}, {Key: "n", Value: int64(7)}},
+		bson.D{{Key: "_id", Value: "nhalf"}, {Key: "n", Value: 7.5}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []any{int32(7), int64(7), 7.0} {
+		if got := ids(bson.D{{Key: "n", Value: v}}); len(got) != 2 {
+			t.Fatalf("n = %T 7: %v, want 7 and n64", v, got)
+		}
+		if got := ids(bson.D{{Key: "_id", Value: v}}); len(got) != 1 {
+			t.Fatalf("_id = %T 7: %v", v, got)
+		}
+	}
+	if got := ids(bson.D{{Key: "n", Value: 7.5}}); len(got) != 1 || got[0] != "nhalf" {
+		t.Fatalf("n = 7.5: %v", got)
+	}
+	if _, err := c.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{int32(7), "n64", "nhalf"}}}}}); err != nil {
+		t.Fatal(err)
+	}
 	got = ids(bson.D{{Key: "owner", Value: oid.Hex()}})
 	if len(got) != 1 {
 		t.Fatalf("owner = the ObjectID's hex string: %v, want only the string-valued document", got)
@@ -126,8 +172,12 @@ func TestFerretDBPushdown(t *testing.T) {
 	if !slices.Equal(got, []string{"f00996", "f00997", "f00998"}) {
 		t.Fatalf("all by createdAt, page at 1000: %v", got)
 	}
+	before := len(scans(t))
 	if n, err := c.EstimatedDocumentCount(ctx); err != nil || n != 2004 {
 		t.Fatalf("count: %d, %v; want 2004", n, err)
+	}
+	if after := scans(t); len(after) != before {
+		t.Fatalf("the count of the collection read it: %v", after[before:])
 	}
 	if n, err := c.CountDocuments(ctx, bson.D{{Key: "owner", Value: "u007"}}); err != nil || n != 21 {
 		t.Fatalf("count of u007: %d, %v; want 21", n, err)
@@ -141,6 +191,7 @@ func TestFerretDBPushdown(t *testing.T) {
 	}{
 		{"equality", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{{Key: "owner", Value: "u007"}}}}, false},
 		{"$eq and $in", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{{Key: "owner", Value: bson.D{{Key: "$in", Value: bson.A{"u1", "u2"}}}}, {Key: "flag", Value: bson.D{{Key: "$eq", Value: true}}}}}}, false},
+		{"_id, a number", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{{Key: "_id", Value: int32(7)}}}}, false},
 		{"_id and another field", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{{Key: "_id", Value: "f00001"}, {Key: "owner", Value: "u001"}}}}, false},
 		{"sorted page", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{}}, {Key: "sort", Value: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}}, {Key: "skip", Value: int64(40)}, {Key: "limit", Value: int64(20)}}, true},
 		{"sorted page, reversed", bson.D{{Key: "find", Value: "files"}, {Key: "filter", Value: bson.D{}}, {Key: "sort", Value: bson.D{{Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}}, {Key: "limit", Value: int64(20)}}, true},

@@ -43,13 +43,20 @@ type CacheConfig struct {
 }
 
 // DeletedSubject is the subject on which the files service announces the
-// records it deleted (Deleted), for a NATS subject prefix: its replicas'
-// record caches and the gateways' object caches drop them.
+// records it deleted and the owners whose records changed (Deleted), for a
+// NATS subject prefix: its replicas' caches and the gateways' object
+// caches drop them.
 func DeletedSubject(prefix string) string { return prefix + ".files.deleted" }
 
 // Deleted is the message published on DeletedSubject.
 type Deleted struct {
-	Files []string `json:"files"`
+	// Files are the ids of deleted records.
+	Files []string `json:"files,omitempty"`
+	// Owners are users whose set of records changed (a record inserted or
+	// deleted): the files replicas drop their cached listings and usage
+	// (services/files/internal/filecache). "*" means every owner. The
+	// gateways' object caches ignore it: an insert publishes Owners alone.
+	Owners []string `json:"owners,omitempty"`
 }
 
 const seenMax = 4096 // objects remembered as fetched once (doorkeeper)

@@ -3,6 +3,7 @@ package handoff
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -146,5 +147,24 @@ func TestObjectCacheBounds(t *testing.T) {
 	}
 	if newObjectCache(CacheConfig{}, nil) != nil {
 		t.Fatal("a zero config made a cache")
+	}
+}
+
+// The files service adds the owners whose records changed to its messages
+// (an insert publishes them alone): the gateway's object cache forgets
+// only the files named and never clears itself for them.
+func TestApplyDeletedIgnoresOwners(t *testing.T) {
+	var forgot []string
+	cleared := 0
+	apply := ApplyDeleted(func(ids ...string) { forgot = append(forgot, ids...) }, func() { cleared++ }, slog.New(slog.DiscardHandler))
+	apply([]byte(`{"owners":["u1"]}`))
+	apply([]byte(`{"files":["f1"],"owners":["u1"]}`))
+	apply([]byte(`{"owners":["*"]}`))
+	if cleared != 0 || len(forgot) != 1 || forgot[0] != "f1" {
+		t.Fatalf("forgot %v, cleared %d times; want [f1] and no clear", forgot, cleared)
+	}
+	body, err := json.Marshal(Deleted{Owners: []string{"u1"}})
+	if err != nil || string(body) != `{"owners":["u1"]}` {
+		t.Fatalf("an insert's message: %s %v", body, err)
 	}
 }

@@ -161,24 +161,12 @@ type ThrottleStore interface {
 type Revocation struct {
 	Sessions []string `json:"sessions"`
 	Users    []string `json:"users"`
-	// Throttle names sign-in throttle keys whose state changed (a failure
-	// counted, a lock, a reset): auth replicas drop what they cached of
-	// them. Gateways ignore it.
-	Throttle []string `json:"throttle,omitempty"`
 }
 
-// ThrottleState is what a sign-in needs to know of one throttle key:
-// whether the store holds state for it, and when its lock ends.
-type ThrottleState struct {
-	Exists      bool
-	LockedUntil time.Time
-}
-
-// UserCache keeps users read by id, the address each was last found by,
-// and sign-in throttle states (services/auth/internal/usercache). Get and
-// Throttle serve a cached value only when that is exact (the fence
-// passed), else call load; Invalidate and InvalidateThrottle drop values
-// after a write.
+// UserCache keeps users read by id and the address each was last found by
+// (services/auth/internal/usercache). Get serves a cached user only when
+// that is exact (the fence passed), else calls load; Invalidate drops
+// users after a write.
 type UserCache interface {
 	Get(ctx context.Context, id string, load func(context.Context, string) (User, error)) (User, error)
 	Invalidate(ids ...string)
@@ -187,8 +175,6 @@ type UserCache interface {
 	// current address, read through Get.
 	UserIDByEmail(email string) (string, bool)
 	RememberEmail(email, id string)
-	Throttle(ctx context.Context, key string, load func(context.Context, string) (ThrottleState, error)) (ThrottleState, error)
-	InvalidateThrottle(keys ...string)
 }
 
 // Publisher announces revocations. It must not fail the request: gateways

@@ -112,7 +112,6 @@ func (s *Service) signInUser(ctx context.Context, email string) (User, error) {
 func (s *Service) revoke(ctx context.Context, r Revocation) {
 	if s.cache != nil {
 		s.cache.Invalidate(r.Users...)
-		s.cache.InvalidateThrottle(r.Throttle...)
 	}
 	if s.pub != nil {
 		s.pub.Revoked(ctx, r)

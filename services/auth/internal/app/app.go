@@ -374,13 +374,14 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	}
 	svc.SetUserEvents(userEvents{js: js, prefix: cfg.SubjectPrefix})
 
-	// Users read by GET /me, /ms/me and sign-ins, and sign-in throttle
-	// states, are cached (AUTH_USER_CACHE_TTL). Every replica applies the
-	// revocations auth publishes (they name every changed user and
-	// throttle key) and serves a cached value only after a NATS round trip
-	// begun after the request arrived (pkg/natsfence), so a change through
-	// any replica is seen by every replica on the next request. Without
-	// NATS the fence fails and the database is read.
+	// Users read by GET /me, /ms/me and sign-ins are cached
+	// (AUTH_USER_CACHE_TTL); sign-in throttle states are not (the store
+	// admits every attempt). Every replica applies the revocations auth
+	// publishes (they name every changed user) and serves a cached user
+	// only after a NATS round trip begun after the request arrived
+	// (pkg/natsfence), so a change through any replica is seen by every
+	// replica on the next request. Without NATS the fence fails and the
+	// database is read.
 	var userCache *usercache.Cache
 	if cfg.UserCacheTTL > 0 {
 		users := usercache.New(cfg.UserCacheTTL, cfg.UserCacheSize, nil)

@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,7 +15,6 @@ import (
 	"github.com/acme/platform/services/auth/internal/app"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/nats-io/nats.go"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
@@ -227,33 +225,6 @@ func (h *harness) revocations() *nats.Subscription {
 	}
 	h.t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return sub
-}
-
-// announceThrottle publishes a revocation naming every throttle key in the
-// database, as auth does after it writes one.
-func (h *harness) announceThrottle() {
-	h.t.Helper()
-	cur, err := h.db.Collection("signin_throttle").Find(context.Background(), bson.M{})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var docs []struct {
-		ID string `bson:"_id"`
-	}
-	if err := cur.All(context.Background(), &docs); err != nil {
-		h.t.Fatal(err)
-	}
-	keys := []string{}
-	for _, d := range docs {
-		keys = append(keys, d.ID)
-	}
-	b, _ := json.Marshal(map[string]any{"sessions": []string{}, "users": []string{}, "throttle": keys})
-	if err := h.srv.NATS.Publish(h.env["NATS_SUBJECT_PREFIX"]+".auth.revoked", b); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := h.srv.NATS.Flush(); err != nil {
-		h.t.Fatal(err)
-	}
 }
 
 type revocation struct {

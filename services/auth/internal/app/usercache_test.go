@@ -206,10 +206,11 @@ func (h *harness) signInStatus(email, pw string) (int, string) {
 	return r.status, code
 }
 
-// Sign-ins read the user, the address and the throttle states through the
-// cache (a password hash changed behind the service's back is not seen),
-// and yet every password change, address change, deletion and throttle
-// change made through one replica holds on the other at the next sign-in.
+// Sign-ins read the user and the address through the cache (a password
+// hash changed behind the service's back is not seen), and yet every
+// password change, address change and deletion made through one replica,
+// and every throttle change (throttle states are never cached), holds on
+// the other at the next sign-in.
 func TestSignInCacheAcrossReplicas(t *testing.T) {
 	a := newHarness(t, map[string]string{"AUTH_THROTTLE_ACCOUNT_MAX": "3"})
 	b := a.replica()

@@ -37,17 +37,28 @@ func (s *Tokens) Create(ctx context.Context, t account.Token) error {
 	return err
 }
 
-// Take implements account.TokenStore: the token is deleted by the same
-// single-document operation that reads it, so two concurrent uses of one
-// token cannot both succeed.
+// Take implements account.TokenStore: the token is read, then deleted, and
+// only the use whose delete removed it succeeds, so two concurrent uses of
+// one token cannot both succeed. (A find-and-delete would say so in one
+// step on MongoDB, but FerretDB runs it as a read and a write that
+// concurrent uses interleave, and then each gets the document; the count
+// of a delete is exact on both.)
 func (s *Tokens) Take(ctx context.Context, id, purpose string, now time.Time) (account.Token, error) {
 	var d tokenDoc
-	err := s.c.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: id}, {Key: "purpose", Value: purpose}}).Decode(&d)
+	filter := bson.D{{Key: "_id", Value: id}, {Key: "purpose", Value: purpose}}
+	err := s.c.FindOne(ctx, filter).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return account.Token{}, account.ErrInvalidToken
 	}
 	if err != nil {
 		return account.Token{}, err
+	}
+	res, err := s.c.DeleteOne(ctx, filter)
+	if err != nil {
+		return account.Token{}, err
+	}
+	if res.DeletedCount != 1 {
+		return account.Token{}, account.ErrInvalidToken // another use took it
 	}
 	if !now.Before(d.ExpiresAt) {
 		return account.Token{}, account.ErrInvalidToken

@@ -3,9 +3,10 @@
 //
 // Subject: <NATS_SUBJECT_PREFIX>.auth.revoked (core NATS, no JetStream: a
 // gateway that misses a message still expires its cache within seconds).
-// Payload: {"sessions":["<hex sha256 of the cookie value>",...],"users":["<user id>",...]},
-// and "throttle":["<throttle key>",...] when sign-in throttle states changed
-// (auth replicas' caches, services/auth/internal/usercache; gateways ignore it).
+// Payload: {"sessions":["<hex sha256 of the cookie value>",...],"users":["<user id>",...]}.
+// Auth replicas apply the same messages to their user caches
+// (services/auth/internal/usercache). Readers ignore fields they do not
+// know.
 package revocation
 
 import (
@@ -35,7 +36,7 @@ func NewPublisher(nc *nats.Conn, prefix string, log *slog.Logger) *Publisher {
 
 // Revoked implements account.Publisher. Failures are logged, never returned.
 func (p *Publisher) Revoked(ctx context.Context, r account.Revocation) {
-	if len(r.Sessions) == 0 && len(r.Users) == 0 && len(r.Throttle) == 0 {
+	if len(r.Sessions) == 0 && len(r.Users) == 0 {
 		return
 	}
 	if r.Sessions == nil {
@@ -57,6 +58,6 @@ func (p *Publisher) Revoked(ctx context.Context, r account.Revocation) {
 	err = natsfence.Publish(p.nc, p.subject, body)
 	if err != nil {
 		p.log.WarnContext(ctx, "publish revocation failed; gateways will expire their caches", "err", err,
-			"sessions", len(r.Sessions), "users", len(r.Users), "throttle", len(r.Throttle))
+			"sessions", len(r.Sessions), "users", len(r.Users))
 	}
 }

@@ -1,18 +1,20 @@
-// Package usercache keeps, in memory, users read by id, the address each
-// was last found by, and sign-in throttle states, so that GET /me, GET
-// /ms/me and POST /signin usually need no database read, without ever
-// serving a user or a throttle state that a write (on any auth replica)
-// had changed before the request arrived. Users and throttle states are
-// pkg/fencedcache caches fed by the revocation messages on
-// <prefix>.auth.revoked:
+// Package usercache keeps, in memory, users read by id and the address
+// each was last found by, so that GET /me, GET /ms/me and POST /signin
+// usually need no user read from the database, without ever serving a user
+// that a write (on any auth replica) had changed before the request
+// arrived. Users are a pkg/fencedcache cache fed by the revocation messages
+// on <prefix>.auth.revoked:
 //
-//   - Every write that changes a user, or a throttle key's state (a failure
-//     counted, a lock, a reset), invalidates the entry here and publishes
-//     {"users":[id]} or {"throttle":[key]} on <prefix>.auth.revoked,
-//     flushed, before it answers (account.Service); every replica applies
-//     those messages to its caches (Apply, fed by pkg/natsfence).
+//   - Every write that changes a user invalidates the entry here and
+//     publishes {"users":[id]} on <prefix>.auth.revoked, flushed, before it
+//     answers (account.Service); every replica applies those messages to
+//     its cache (Apply, fed by pkg/natsfence).
 //   - An entry is served only after the fence (natsfence.Fence.Sync)
 //     succeeded for this request (pkg/fencedcache says why that is enough).
+//
+// Sign-in throttle states are not cached: every sign-in admits its attempt
+// in the shared store (account.ThrottleStore), which is what makes the
+// limit hold across replicas.
 //
 // Cached users carry the password hash: a sign-in verifies against the
 // cached user, which is as exact as the database read it replaces, since
@@ -35,14 +37,12 @@ import (
 
 	"github.com/acme/platform/pkg/fencedcache"
 	"github.com/acme/platform/services/auth/internal/account"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Cache is an account.UserCache. The zero of ttl disables it (every Get
-// and Throttle loads).
+// loads).
 type Cache struct {
 	*fencedcache.Cache[account.User]
-	throttle *fencedcache.Cache[account.ThrottleState]
 
 	mu     sync.Mutex
 	emails map[string]string // normalised address -> user id
@@ -52,23 +52,16 @@ type Cache struct {
 // Stats are counts since the start.
 type Stats = fencedcache.Stats
 
-// New returns a cache keeping at most max users, max addresses and max
-// throttle states, users and throttle states for ttl each. fence must
-// succeed before an entry is served or stored (natsfence.Fence.Sync); nil
-// means no fence (single process, tests).
+// New returns a cache keeping at most max users, for ttl each, and max
+// addresses. fence must succeed before an entry is served or stored
+// (natsfence.Fence.Sync); nil means no fence (single process, tests).
+// SetFence (of fencedcache.Cache) sets it later; call that before serving.
 func New(ttl time.Duration, max int, fence func(context.Context) error) *Cache {
 	return &Cache{
-		Cache:    fencedcache.New[account.User](ttl, max, fence),
-		throttle: fencedcache.New[account.ThrottleState](ttl, max, fence),
-		emails:   map[string]string{},
-		max:      max,
+		Cache:  fencedcache.New[account.User](ttl, max, fence),
+		emails: map[string]string{},
+		max:    max,
 	}
-}
-
-// SetFence sets the fence of both caches (see New). Call it before serving.
-func (c *Cache) SetFence(fence func(context.Context) error) {
-	c.Cache.SetFence(fence)
-	c.throttle.SetFence(fence)
 }
 
 // UserIDByEmail implements account.UserCache.
@@ -96,32 +89,17 @@ func (c *Cache) RememberEmail(email, id string) {
 	c.mu.Unlock()
 }
 
-// Throttle implements account.UserCache.
-func (c *Cache) Throttle(ctx context.Context, key string, load func(context.Context, string) (account.ThrottleState, error)) (account.ThrottleState, error) {
-	return c.throttle.Get(ctx, key, load)
-}
-
-// InvalidateThrottle implements account.UserCache.
-func (c *Cache) InvalidateThrottle(keys ...string) { c.throttle.Invalidate(keys...) }
-
 // Clear drops everything (invalidations may have been missed).
 func (c *Cache) Clear() {
 	c.Cache.Clear()
-	c.throttle.Clear()
 	c.mu.Lock()
 	clear(c.emails)
 	c.mu.Unlock()
 }
 
-// ThrottleCollectors are the throttle cache's metrics (fencedcache's
-// Collectors).
-func (c *Cache) ThrottleCollectors(namespace, subsystem string) []prometheus.Collector {
-	return c.throttle.Collectors(namespace, subsystem, "sign-in throttle states by key")
-}
-
 // Apply is the natsfence apply function for <prefix>.auth.revoked: it
-// drops the users and throttle keys a revocation names (a message naming
-// only sessions changes neither).
+// drops the users a revocation names (a message naming only sessions
+// changes none; fields it does not know are ignored).
 func (c *Cache) Apply(log *slog.Logger) func([]byte) {
 	return func(data []byte) {
 		var rev account.Revocation
@@ -132,6 +110,5 @@ func (c *Cache) Apply(log *slog.Logger) func([]byte) {
 			return
 		}
 		c.Invalidate(rev.Users...)
-		c.InvalidateThrottle(rev.Throttle...)
 	}
 }

@@ -65,6 +65,8 @@ type Config struct {
 	ShutdownGrace    time.Duration
 	RecordCacheTTL   time.Duration // 0 disables the record cache
 	RecordCacheSize  int
+	OwnerCacheTTL    time.Duration // 0 disables the owner cache (listings and usage)
+	OwnerCacheSize   int           // records, pages and usages held
 	HandoffTTL       time.Duration // presigned GETs for the gateway; 0: bytes always streamed here
 }
 
@@ -110,6 +112,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ShutdownGrace:    r.Duration("SHUTDOWN_GRACE", 20*time.Second),
 		RecordCacheTTL:   r.Duration("RECORD_CACHE_TTL", 5*time.Minute),
 		RecordCacheSize:  r.Int("RECORD_CACHE_SIZE", 10000),
+		OwnerCacheTTL:    r.Duration("OWNER_CACHE_TTL", time.Minute),
+		OwnerCacheSize:   r.Int("OWNER_CACHE_SIZE", 20000),
 		HandoffTTL:       r.Duration("HANDOFF_TTL", 15*time.Minute),
 	}
 	err := r.Err()
@@ -140,6 +144,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	if c.RecordCacheTTL < 0 || c.RecordCacheSize < 1 {
 		problems = append(problems, "FILES_RECORD_CACHE_TTL must not be negative (0: off) and FILES_RECORD_CACHE_SIZE at least 1")
+	}
+	if c.OwnerCacheTTL < 0 || c.OwnerCacheSize < 1 {
+		problems = append(problems, "FILES_OWNER_CACHE_TTL must not be negative (0: off) and FILES_OWNER_CACHE_SIZE at least 1")
 	}
 	if c.HandoffTTL != 0 && (c.HandoffTTL < time.Minute || c.HandoffTTL > 7*24*time.Hour) {
 		problems = append(problems, "FILES_HANDOFF_TTL must be 0 (off) or between 1m and 168h (S3's longest presigned URL)")
@@ -221,22 +228,38 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 	var store files.Store = records
 	var recordCache *filecache.Cache
+	var ownerCache *filecache.OwnerCache
 	// Records read by downloads, images and retrieves are cached
-	// (FILES_RECORD_CACHE_TTL). Records never change; every replica applies
-	// the deletions any replica announces, and serves a cached record only
-	// after a NATS round trip begun after the request arrived
-	// (pkg/natsfence), so a deleted file is refused on the next request
-	// everywhere. Without NATS the fence fails and the database is read.
+	// (FILES_RECORD_CACHE_TTL), and so are owners' listing pages and usage
+	// (FILES_OWNER_CACHE_TTL). Records never change; every replica applies
+	// the deletions and changed owners any replica announces (every insert
+	// and delete does, flushed, before it answers), and serves a cached
+	// entry only after a NATS round trip begun after the request arrived
+	// (pkg/natsfence), so a deleted file is refused, and a listing shows an
+	// upload or deletion, on the next request everywhere. Without NATS the
+	// fence fails and the database is read.
 	if cfg.RecordCacheTTL > 0 {
 		recordCache = filecache.NewCache(cfg.RecordCacheTTL, cfg.RecordCacheSize)
-		fence, err := natsfence.New(nc, filecache.Subject(cfg.SubjectPrefix), filecache.Apply(recordCache, log), recordCache.Clear, log)
+	}
+	if cfg.OwnerCacheTTL > 0 {
+		ownerCache = filecache.NewOwnerCache(cfg.OwnerCacheTTL, cfg.OwnerCacheSize)
+	}
+	if recordCache != nil || ownerCache != nil {
+		fence, err := natsfence.New(nc, filecache.Subject(cfg.SubjectPrefix), filecache.Apply(recordCache, ownerCache, log), filecache.Reset(recordCache, ownerCache), log)
 		if err != nil {
 			return fmt.Errorf("nats subscribe: %w", err)
 		}
 		defer fence.Close()
-		recordCache.SetFence(fence.Sync)
-		store = filecache.New(store, recordCache, filecache.Publisher(nc, cfg.SubjectPrefix, log))
+		if recordCache != nil {
+			recordCache.SetFence(fence.Sync)
+		}
+		if ownerCache != nil {
+			ownerCache.SetFence(fence.Sync)
+		}
 	}
+	// Deletions and changed owners are announced even with both caches
+	// off: other replicas and the gateways' object caches drop them.
+	store = filecache.New(store, recordCache, ownerCache, filecache.Publisher(nc, cfg.SubjectPrefix, log))
 	var objStore files.ObjectStore = objects
 	if hk.store != nil {
 		store = hk.store(store)
@@ -263,6 +286,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	reg := metrics.NewRegistry()
 	if recordCache != nil {
 		reg.MustRegister(recordCache.Collectors(metrics.Namespace, "files_record", "file records by id")...)
+	}
+	if ownerCache != nil {
+		reg.MustRegister(ownerCache.Collectors(metrics.Namespace, "files_owner", "owners' listings and usage")...)
 	}
 	app := httpapi.New(httpapi.Options{
 		Metrics:       reg,

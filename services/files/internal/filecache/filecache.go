@@ -1,22 +1,26 @@
-// Package filecache keeps file records read by id in memory, so that a
-// download, an image or a retrieve usually needs no database read, without
-// ever serving a record that was deleted (through any files replica)
-// before the request arrived.
+// Package filecache keeps file records read by id, and each owner's
+// listing pages and usage, in memory, so that a download, an image, a
+// retrieve, a GET /files or a quota check usually needs no database read,
+// without ever serving a record that was deleted, or a listing or usage
+// that an upload or deletion changed (through any files replica), before
+// the request arrived.
 //
-// Records never change once written: a delete is the only write that can
-// make a cached record wrong. Store.Delete (which every deletion, the
-// erasure of a user's files included, goes through) drops the record here
-// and publishes {"files":[id]} on <prefix>.files.deleted, flushed, before
-// the deletion answers; every replica applies those messages (Apply, fed by
-// pkg/natsfence), and serves a cached record only after a fence round trip
-// begun after the request arrived (pkg/fencedcache says why that is
-// enough). When NATS is away the fence fails and records are read from the
-// database.
+// Records never change once written: an insert and a delete are the only
+// writes. Store.Insert and Store.Delete (which every upload, tus finish,
+// deletion and erasure of a user's files goes through) drop what they make
+// wrong here and publish it on <prefix>.files.deleted, flushed, before the
+// write answers: {"files":[id],"owners":[owner]} for a delete,
+// {"owners":[owner]} for an insert. Every replica applies those messages
+// (Apply, fed by pkg/natsfence), and serves a cached record, page or usage
+// only after a fence round trip begun after the request arrived
+// (pkg/fencedcache says why that is enough). When NATS is away the fence
+// fails and the database is read.
 package filecache
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -44,24 +48,45 @@ func NewCache(ttl time.Duration, max int) *Cache {
 	return fencedcache.New[files.File](ttl, max, nil)
 }
 
-// Apply is the natsfence apply function for Subject: it drops the records a
-// message names, and everything when a message cannot be read.
-func Apply(c *Cache, log *slog.Logger) func([]byte) {
-	return handoff.ApplyDeleted(c.Invalidate, c.Clear, log)
+// Apply is the natsfence apply function for Subject: it drops the records
+// and the owners' listings a message names, and everything when a message
+// cannot be read. Either cache may be nil.
+func Apply(c *Cache, owners *OwnerCache, log *slog.Logger) func([]byte) {
+	return func(data []byte) {
+		var d Deleted
+		if err := json.Unmarshal(data, &d); err != nil {
+			log.Warn("bad file deletion message", "err", err)
+			c.Clear()
+			owners.Clear()
+			return
+		}
+		c.Invalidate(d.Files...)
+		owners.Invalidate(d.Owners...)
+	}
 }
 
-// Store is a files.Store whose Get reads through the cache and whose
-// Delete invalidates it on every replica.
+// Reset is the natsfence reset function: messages may have been missed.
+func Reset(c *Cache, owners *OwnerCache) func() {
+	return func() {
+		c.Clear()
+		owners.Clear()
+	}
+}
+
+// Store is a files.Store whose Get, ListByOwner and Usage read through the
+// caches, and whose Insert and Delete invalidate them on every replica.
 type Store struct {
 	files.Store
 	cache   *Cache
-	publish func(ctx context.Context, ids []string)
+	owners  *OwnerCache
+	publish func(ctx context.Context, d Deleted)
 }
 
-// New wraps inner. publish announces deleted ids to every replica and
-// returns once the NATS server has them (Publisher).
-func New(inner files.Store, cache *Cache, publish func(ctx context.Context, ids []string)) *Store {
-	return &Store{Store: inner, cache: cache, publish: publish}
+// New wraps inner; either cache may be nil (off). publish announces
+// deleted records and changed owners to every replica and returns once the
+// NATS server has them (Publisher).
+func New(inner files.Store, cache *Cache, owners *OwnerCache, publish func(ctx context.Context, d Deleted)) *Store {
+	return &Store{Store: inner, cache: cache, owners: owners, publish: publish}
 }
 
 // Get returns a copy of the record: callers may change what they get.
@@ -81,26 +106,65 @@ func (s *Store) load(ctx context.Context, id string) (files.File, error) {
 	return *f, nil
 }
 
-// Delete removes the record, then drops it here and announces it, whatever
-// the outcome (a failed delete may still have been applied).
+// ListByOwner returns copies of owner's records (see files.Store).
+func (s *Store) ListByOwner(ctx context.Context, owner string, skip, limit int) ([]*files.File, error) {
+	return s.owners.List(ctx, owner, skip, limit, func(ctx context.Context) ([]*files.File, error) {
+		return s.Store.ListByOwner(ctx, owner, skip, limit)
+	})
+}
+
+// Usage returns owner's bytes and count (see files.Store).
+func (s *Store) Usage(ctx context.Context, owner string) (int64, int64, error) {
+	return s.owners.Usage(ctx, owner, func(ctx context.Context) (int64, int64, error) {
+		return s.Store.Usage(ctx, owner)
+	})
+}
+
+// Insert writes the record, then drops its owner's listings here and
+// announces the owner, whatever the outcome (a failed insert may still
+// have been applied).
+func (s *Store) Insert(ctx context.Context, f *files.File) error {
+	err := s.Store.Insert(ctx, f)
+	s.owners.Invalidate(f.Owner)
+	if s.publish != nil {
+		s.publish(ctx, Deleted{Owners: []string{f.Owner}})
+	}
+	return err
+}
+
+// Delete removes the record, then drops it and its owner's listings here
+// and announces both, whatever the outcome (a failed delete may still have
+// been applied). The owner is read first (usually from the record cache);
+// when that read fails otherwise than "not found", every owner is
+// announced (AllOwners).
 func (s *Store) Delete(ctx context.Context, id string) error {
+	var owners []string
+	switch f, err := s.Get(ctx, id); {
+	case err == nil:
+		owners = []string{f.Owner}
+	case errors.Is(err, files.ErrNotFound): // nothing of anyone's to delete
+	default:
+		owners = []string{AllOwners}
+	}
 	err := s.Store.Delete(ctx, id)
 	s.cache.Invalidate(id)
+	s.owners.Invalidate(owners...)
 	if s.publish != nil {
-		s.publish(ctx, []string{id})
+		s.publish(ctx, Deleted{Files: []string{id}, Owners: owners})
 	}
 	return err
 }
 
 // Publisher returns the publish function of New on nc. A failure is logged:
-// the deletion stands, other replicas may serve the record until it expires
-// from their caches, and its bytes are gone from S3 by then or soon after.
-func Publisher(nc *nats.Conn, prefix string, log *slog.Logger) func(context.Context, []string) {
+// the write stands, other replicas may serve the deleted record, or the
+// owner's former listing and usage, until it expires from their caches
+// (a deleted record's bytes are gone from S3 by then or soon after).
+func Publisher(nc *nats.Conn, prefix string, log *slog.Logger) func(context.Context, Deleted) {
 	subject := Subject(prefix)
-	return func(ctx context.Context, ids []string) {
-		body, _ := json.Marshal(Deleted{Files: ids})
+	return func(ctx context.Context, d Deleted) {
+		body, _ := json.Marshal(d)
 		if err := natsfence.Publish(nc, subject, body); err != nil {
-			log.WarnContext(ctx, "publish file deletion failed; other replicas expire the record from their caches", "err", err, "files", len(ids))
+			log.WarnContext(ctx, "publish file change failed; other replicas expire it from their caches", "err", err, "files", len(d.Files), "owners", len(d.Owners))
 		}
 	}
 }

@@ -35,7 +35,7 @@ func TestGetCachesCopiesAndDeleteAnnounces(t *testing.T) {
 		delete: func(string) error { return nil },
 	}
 	var announced [][]string
-	s := New(inner, NewCache(time.Minute, 10), func(_ context.Context, ids []string) { announced = append(announced, ids) })
+	s := New(inner, NewCache(time.Minute, 10), nil, func(_ context.Context, d Deleted) { announced = append(announced, d.Files) })
 	ctx := context.Background()
 	f, err := s.Get(ctx, "f1")
 	if err != nil || f.Name != "a.txt" {
@@ -61,7 +61,7 @@ func TestGetCachesCopiesAndDeleteAnnounces(t *testing.T) {
 		t.Fatalf("announced %v, want [[f1]]", announced)
 	}
 	_, _ = s.Get(ctx, "f1")
-	if reads != 4 {
+	if reads != 4 { // the delete read the owner from the cache
 		t.Fatal("the deleted record was still served from the cache")
 	}
 }
@@ -72,7 +72,7 @@ func TestApply(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		_, _ = c.Get(context.Background(), id, load)
 	}
-	apply := Apply(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	apply := Apply(c, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	apply([]byte(`{"files":["a","b"]}`))
 	if c.Len() != 1 {
 		t.Fatalf("%d entries after deleting a and b, want 1", c.Len())

@@ -238,11 +238,38 @@ func (s *Store) LinksByFile(ctx context.Context, fileID string) ([]*files.Link, 
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, mapErr(err)
 	}
+	taken, err := s.slotsByLink(ctx, fileID)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*files.Link, len(docs))
 	for i := range docs {
+		// The slots taken are the downloads: the field written after each
+		// slot can lose a race on FerretDB (its filtered $set is not
+		// atomic), the slots cannot.
+		docs[i].Downloads = max(docs[i].Downloads, taken[docs[i].ID])
 		out[i] = fromLinkDoc(&docs[i])
 	}
 	return out, nil
+}
+
+// slotsByLink counts the download slots of fileID's links, by link id.
+func (s *Store) slotsByLink(ctx context.Context, fileID string) (map[string]int64, error) {
+	cur, err := s.slots.Find(ctx, bson.D{{Key: "fileId", Value: fileID}}, options.Find().SetProjection(bson.D{{Key: "linkId", Value: 1}}))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var slots []struct {
+		LinkID string `bson:"linkId"`
+	}
+	if err := cur.All(ctx, &slots); err != nil {
+		return nil, mapErr(err)
+	}
+	taken := make(map[string]int64, len(slots))
+	for _, sl := range slots {
+		taken[sl.LinkID]++
+	}
+	return taken, nil
 }
 
 // DeleteLink removes one link of a file.

@@ -156,6 +156,9 @@ func TestRefusedOnLastDeliveryIsDeadLettered(t *testing.T) {
 	ctx := context.Background()
 	prefix := s.SubjectPrefix(t)
 	store := mongostore.New(s.Mongo.Database(s.Database(t)))
+	if err := store.EnsureIndexes(ctx); err != nil { // as the service does before it serves
+		t.Fatal(err)
+	}
 	apps, err := store.EnsureApps(ctx, []string{"LOGGING"})
 	if err != nil {
 		t.Fatal(err)
