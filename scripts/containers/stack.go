@@ -173,9 +173,17 @@ func (s *Stack) Compose(ctx context.Context, args ...string) (string, error) {
 	for _, f := range s.files {
 		full = append(full, "--file", f)
 	}
+	keys := make([]string, 0, len(s.Env))
+	for k := range s.Env {
+		keys = append(keys, k)
+	}
+	env, err := HermeticEnv(os.Environ(), keys, s.files...)
+	if err != nil {
+		return "", err
+	}
 	cmd := exec.CommandContext(ctx, "docker", append(full, args...)...)
 	cmd.Dir = s.Root
-	cmd.Env = append(os.Environ(), "COMPOSE_PROGRESS=plain", "COMPOSE_MENU=false")
+	cmd.Env = append(env, "COMPOSE_PROGRESS=plain", "COMPOSE_MENU=false")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
