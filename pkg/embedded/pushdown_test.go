@@ -238,3 +238,90 @@ func TestFerretDBPushdown(t *testing.T) {
 		t.Fatalf("the sorted page no index serves: reported %v, want it once", got)
 	}
 }
+
+// TestFerretDBMatchSum: a match of one equality and a group summing integer
+// fields (an owner's usage, countDocuments) answers what MongoDB answers,
+// whether SQL sums it or FerretDB runs the stages (arrays, doubles): the
+// types of the sums, a value of another type with the same text, missing
+// fields and no match at all.
+func TestFerretDBMatchSum(t *testing.T) {
+	db := pushdownDB(t)
+	ctx := context.Background()
+	c := db.Collection("usage")
+	if _, err := c.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "owner", Value: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	oid := bson.NewObjectID()
+	docs := []any{
+		bson.D{{Key: "owner", Value: "a"}, {Key: "size", Value: int64(5_000_000_000)}},
+		bson.D{{Key: "owner", Value: "a"}, {Key: "size", Value: int64(7)}},
+		bson.D{{Key: "owner", Value: "a"}},                                 // no size: not summed, counted
+		bson.D{{Key: "owner", Value: "b"}, {Key: "size", Value: int32(3)}}, // int32s sum to an int32
+		bson.D{{Key: "owner", Value: "b"}, {Key: "size", Value: int32(4)}},
+		bson.D{{Key: "owner", Value: oid.Hex()}, {Key: "size", Value: int64(1)}}, // a string
+		bson.D{{Key: "owner", Value: oid}, {Key: "size", Value: int64(100)}},     // an ObjectID with the same text
+		bson.D{{Key: "owner", Value: "d"}, {Key: "size", Value: 1.5}},            // a double
+		bson.D{{Key: "owner", Value: "d"}, {Key: "size", Value: int64(2)}},
+	}
+	if _, err := c.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	sum := func(owner any) bson.M {
+		t.Helper()
+		cur, err := c.Aggregate(ctx, mongo.Pipeline{
+			{{Key: "$match", Value: bson.D{{Key: "owner", Value: owner}}}},
+			{{Key: "$group", Value: bson.D{{Key: "_id", Value: nil}, {Key: "bytes", Value: bson.D{{Key: "$sum", Value: "$size"}}}}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []bson.M
+		if err := cur.All(ctx, &out); err != nil {
+			t.Fatal(err)
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out[0]
+	}
+	for _, tc := range []struct {
+		owner any
+		bytes any
+		n     int64
+	}{
+		{"a", int64(5_000_000_007), 3},
+		{"b", int32(7), 2},
+		{oid.Hex(), int64(1), 1},
+		{oid, int64(100), 1},
+		{"d", 3.5, 2},
+	} {
+		got := sum(tc.owner)
+		if got == nil || got["bytes"] != tc.bytes || got["_id"] != nil {
+			t.Errorf("usage of %v: %v, want bytes %T %v", tc.owner, got, tc.bytes, tc.bytes)
+		}
+		if n, err := c.CountDocuments(ctx, bson.D{{Key: "owner", Value: tc.owner}}); err != nil || n != tc.n {
+			t.Errorf("count of %v: %d, %v; want %d", tc.owner, n, err, tc.n)
+		}
+	}
+	// SQL answered the usages and counts above but the usage of "d" (a
+	// double among its sizes).
+	if n := strings.Count(strings.Join(scans(t), "\n"), `"served":"sum"`); n != 9 {
+		t.Errorf("SQL answered %d of the 10 groups, want 9", n)
+	}
+	if got := sum("nobody"); got != nil {
+		t.Errorf("usage of nobody: %v, want no group", got)
+	}
+	if n, err := c.CountDocuments(ctx, bson.D{{Key: "owner", Value: "nobody"}}); err != nil || n != 0 {
+		t.Errorf("count of nobody: %d, %v", n, err)
+	}
+	// An array holding the owner: counted and summed as MongoDB does.
+	if _, err := c.InsertOne(ctx, bson.D{{Key: "owner", Value: bson.A{"a", "z"}}, {Key: "size", Value: int64(10)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sum("a"); got["bytes"] != int64(5_000_000_017) {
+		t.Errorf("usage of a with an array: %v", got)
+	}
+	if n, _ := c.CountDocuments(ctx, bson.D{{Key: "owner", Value: "a"}}); n != 4 {
+		t.Errorf("count of a with an array: %d, want 4", n)
+	}
+}
