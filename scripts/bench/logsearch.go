@@ -67,14 +67,8 @@ func benchLogSearch(e *env) error {
 			}
 			futures = append(futures, f)
 		}
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if err := awaitAcks(ctx, futures); err != nil {
+			return err
 		}
 	}
 	published := time.Since(pubStart)
@@ -274,4 +268,18 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// awaitAcks waits for every asynchronous publish's acknowledgement.
+func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) error {
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }

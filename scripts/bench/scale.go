@@ -208,14 +208,8 @@ func (f *scaleFill) publishLogs(from, to int) error {
 			}
 			futures = append(futures, fut)
 		}
-		for _, fut := range futures {
-			select {
-			case <-fut.Ok():
-			case err := <-fut.Err():
-				return err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if err := awaitAcks(ctx, futures); err != nil {
+			return err
 		}
 		if i >= next && i < to {
 			fmt.Fprintf(f.e.out, "    log records: %d of %d published (%.0f/s)\n", i, to, float64(i-from)/time.Since(start).Seconds())

@@ -117,13 +117,31 @@ func (t *Throttle) Admit(ctx context.Context, key string, rule account.ThrottleR
 		return false, err
 	}
 	if rule.Max <= sequentialMax {
-		for i := 1; i <= rule.Max; i++ {
-			ok, err := try(i)
+		deadline := time.Now().Add(inFlightFor) // the wall clock: now is the attempt's, fixed
+		for {
+			for i := 1; i <= rule.Max; i++ {
+				ok, err := try(i)
+				if err != nil {
+					return account.Ticket{}, err
+				}
+				if ok {
+					return account.Ticket{Key: key, Slot: prefix + strconv.Itoa(i), Fresh: i == 1 && (!exists || st.Round == 0)}, nil
+				}
+			}
+			// Every slot is taken. Attempts still in flight hold theirs
+			// until they end (a success gives it back): wait for them rather
+			// than count concurrent right answers as failures.
+			busy, err := t.inFlight(ctx, prefix, rule.Max, now)
 			if err != nil {
 				return account.Ticket{}, err
 			}
-			if ok {
-				return account.Ticket{Key: key, Slot: prefix + strconv.Itoa(i), Fresh: i == 1 && (!exists || st.Round == 0)}, nil
+			if !busy || !time.Now().Before(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return account.Ticket{}, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	} else {
@@ -172,6 +190,40 @@ func (t *Throttle) Admit(ctx context.Context, key string, rule account.ThrottleR
 		}
 	}
 	return account.Ticket{}, &account.ThrottledError{RetryAfter: lock}
+}
+
+// inFlightFor is how long after its admission a slot may belong to an
+// attempt still in flight (a password hash waiting for its turn, a
+// database round trip).
+const inFlightFor = 5 * time.Second
+
+// inFlight reports whether the slots of prefix may still change soon: one
+// was given back since they were probed, or one was taken less than
+// inFlightFor before now (its attempt may still be in flight). Otherwise
+// every slot belongs to an attempt that ended, a failure.
+func (t *Throttle) inFlight(ctx context.Context, prefix string, max int, now time.Time) (bool, error) {
+	ids := make([]string, max)
+	for i := range ids {
+		ids[i] = prefix + strconv.Itoa(i+1)
+	}
+	cur, err := t.c.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "at", Value: 1}}))
+	if err != nil {
+		return false, err
+	}
+	var slots []throttleSlot
+	if err := cur.All(ctx, &slots); err != nil {
+		return false, err
+	}
+	if len(slots) < max {
+		return true, nil
+	}
+	for _, sl := range slots {
+		if now.Sub(sl.At) < inFlightFor {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Release implements account.ThrottleStore.

@@ -216,3 +216,36 @@ func TestThrottleLargeLimitNeverExceeded(t *testing.T) {
 		t.Fatalf("%d admitted of a cap of %d", admitted, rule.Max)
 	}
 }
+
+// Right answers at once: more attempts than the limit, each giving its slot
+// back shortly after (a success), are all admitted in turn, and the key is
+// not locked: attempts in flight are waited for, not counted as failures.
+func TestThrottleConcurrentSuccessesWait(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	var admitted atomic.Int32
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			tk, err := th.Admit(ctx, "acct:ok", throttleRule, now)
+			if err != nil {
+				t.Errorf("admit: %v", err)
+				return
+			}
+			admitted.Add(1)
+			time.Sleep(100 * time.Millisecond) // the hash
+			if err := th.Release(ctx, tk); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 12 {
+		t.Fatalf("%d of 12 right answers admitted, want all", n)
+	}
+	if locks, err := th.Check(ctx, []string{"acct:ok"}); err != nil || locks["acct:ok"].After(now) {
+		t.Fatalf("locked after right answers only: %v, %v", locks, err)
+	}
+}
