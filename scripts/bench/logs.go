@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/acme/platform/pkg/logclient"
@@ -103,13 +102,9 @@ func benchLogs(e *env) error {
 		return err
 	}
 	defer lc.Close(context.Background())
-	js, err := jetstream.New(nc)
+	_, cons, err := logsConsumer(ctx, e, nc)
 	if err != nil {
 		return err
-	}
-	cons, err := js.Consumer(ctx, strings.ToUpper(e.servers.SubjectPrefix)+"_LOGS", "logs-writer")
-	if err != nil {
-		return fmt.Errorf("logs consumer: %w", err)
 	}
 	start = time.Now()
 	for i := 0; i < n; {

@@ -36,13 +36,9 @@ func benchLogSearch(e *env) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, cons, err := logsConsumer(ctx, e, nc)
 	if err != nil {
 		return err
-	}
-	cons, err := js.Consumer(ctx, strings.ToUpper(e.servers.SubjectPrefix)+"_LOGS", "logs-writer")
-	if err != nil {
-		return fmt.Errorf("logs consumer: %w", err)
 	}
 	end := time.Now().UTC().Truncate(time.Millisecond)
 	start := end.Add(-24 * time.Hour)
@@ -282,4 +278,18 @@ func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) error {
 		}
 	}
 	return nil
+}
+
+// logsConsumer returns JetStream on nc and the logs service's durable
+// consumer of the platform's log stream (to watch it drain).
+func logsConsumer(ctx context.Context, e *env, nc *nats.Conn) (jetstream.JetStream, jetstream.Consumer, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	cons, err := js.Consumer(ctx, strings.ToUpper(e.servers.SubjectPrefix)+"_LOGS", "logs-writer")
+	if err != nil {
+		return nil, nil, fmt.Errorf("logs consumer: %w", err)
+	}
+	return js, cons, nil
 }

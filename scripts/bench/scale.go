@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -600,13 +599,9 @@ func benchScale(e *env) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, cons, err := logsConsumer(ctx, e, nc)
 	if err != nil {
 		return err
-	}
-	cons, err := js.Consumer(ctx, strings.ToUpper(e.servers.SubjectPrefix)+"_LOGS", "logs-writer")
-	if err != nil {
-		return fmt.Errorf("logs consumer: %w", err)
 	}
 	f := &scaleFill{e: e, db: e.mongo.Database(e.servers.MongoDB), t0: time.Now().UTC().Add(-time.Hour), js: js, cons: cons}
 	pb, err := startScalePB(e)

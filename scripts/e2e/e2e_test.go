@@ -41,6 +41,21 @@ func TestMain(m *testing.M) {
 }
 
 // platform starts the whole platform for one test.
+// builtServices returns the four services' binaries, built once per test
+// binary.
+func builtServices(t *testing.T) map[string]string {
+	t.Helper()
+	buildOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		bins, buildErr = stack.Build(ctx, filepath.Join(binDir, "bin"), os.Getenv("E2E_RACE") == "1")
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return bins
+}
+
 func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secrets, *stack.Output) {
 	t.Helper()
 	return platformWith(t, env, stack.Options{})
@@ -52,14 +67,7 @@ func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secre
 func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.Platform, stack.Secrets, *stack.Output) {
 	testkit.SkipShort(t)
 	t.Helper()
-	buildOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		bins, buildErr = stack.Build(ctx, filepath.Join(binDir, "bin"), os.Getenv("E2E_RACE") == "1")
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	bins := builtServices(t)
 	s := testkit.Get(t)
 	sec, err := stack.NewSecrets("admin@acme.test", "")
 	if err != nil {

@@ -28,14 +28,7 @@ import (
 func devPlatform(t *testing.T) (*devenv.Servers, *stack.Platform, *stack.Output) {
 	testkit.SkipShort(t)
 	t.Helper()
-	buildOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		bins, buildErr = stack.Build(ctx, filepath.Join(binDir, "bin"), os.Getenv("E2E_RACE") == "1")
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	bins := builtServices(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out := &stack.Output{}
