@@ -237,7 +237,7 @@ var ferretDBEdits = []ferretDBEdit{
 // name under ferretpatch/ (embedded into this package).
 var ferretDBFiles = map[string]string{
 	"internal/backends/sqlite/acme_pushdown.go":        "acme_pushdown.go.txt",
-	"internal/backends/acme_count.go":                  "acme_count.go.txt",
+	"internal/backends/acme_backends.go":               "acme_backends.go.txt",
 	"internal/handler/acme_handler.go":                 "acme_handler.go.txt",
 	"internal/backends/decorators/oplog/acme_count.go": "acme_oplog.go.txt",
 }
