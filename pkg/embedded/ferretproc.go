@@ -239,7 +239,7 @@ var ferretDBFiles = map[string]string{
 	"internal/backends/sqlite/acme_pushdown.go":        "acme_pushdown.go.txt",
 	"internal/backends/acme_backends.go":               "acme_backends.go.txt",
 	"internal/handler/acme_handler.go":                 "acme_handler.go.txt",
-	"internal/backends/decorators/oplog/acme_count.go": "acme_oplog.go.txt",
+	"internal/backends/decorators/oplog/acme_oplog.go": "acme_oplog.go.txt",
 }
 
 // ferretDBPatched prepares work: a patched copy of the FerretDB module and
