@@ -231,6 +231,17 @@ var ferretDBEdits = []ferretDBEdit{
 	{file: "internal/handler/msg_count.go", count: 1,
 		from: "\tvar qp backends.QueryParams\n\tif !h.DisablePushdown {\n\t\tqp.Filter = params.Filter\n\t}\n",
 		to:   "\tif n, ok, err := acmeFastCount(connCtx, c, params.Filter, params.Skip, params.Limit); err != nil {\n\t\treturn nil, lazyerrors.Error(err)\n\t} else if ok && !h.DisablePushdown {\n\t\treturn documentOpMsg(must.NotFail(types.NewDocument(\"n\", n, \"ok\", float64(1))))\n\t}\n\n\tvar qp backends.QueryParams\n\tif !h.DisablePushdown {\n\t\tqp.Filter = params.Filter\n\t}\n"},
+	// An update or findAndModify reads the matching documents, changes
+	// them in Go and writes them back: without a lock, two concurrent $inc
+	// of one document both read the old value and one increment is lost.
+	// The server is one process, so a lock per collection makes each such
+	// command atomic against the others (acmeLockWrites).
+	{file: "internal/handler/msg_update.go", count: 1,
+		from: "\tmatched, modified, upserted, err := h.updateDocument(connCtx, params)\n",
+		to:   "\tunlock := acmeLockWrites(params.DB, params.Collection)\n\tmatched, modified, upserted, err := h.updateDocument(connCtx, params)\n\tunlock()\n"},
+	{file: "internal/handler/msg_findandmodify.go", count: 1,
+		from: "\tres, err := h.findAndModifyDocument(connCtx, params)\n",
+		to:   "\tunlock := acmeLockWrites(params.DB, params.Collection)\n\tres, err := h.findAndModifyDocument(connCtx, params)\n\tunlock()\n"},
 }
 
 // ferretDBFiles are the files the patch adds: the copy's path, and the
