@@ -23,6 +23,7 @@ const (
 	LinksCollection = "file_links"  // share links
 	QuotaCollection = "file_quotas" // quotas set for single users
 	SlotsCollection = "file_link_downloads"
+	// UsageCollection (usage.go) holds each owner's bytes and count.
 )
 
 // Store is a files.Store.
@@ -31,13 +32,14 @@ type Store struct {
 	links  *mongo.Collection
 	quotas *mongo.Collection
 	slots  *mongo.Collection // downloads taken of limited links
+	usage  *mongo.Collection // each owner's bytes and count (usage.go)
 }
 
 var _ files.Store = (*Store)(nil)
 
 // New returns a store on db.
 func New(db *mongo.Database) *Store {
-	return &Store{coll: db.Collection(Collection), links: db.Collection(LinksCollection), quotas: db.Collection(QuotaCollection), slots: db.Collection(SlotsCollection)}
+	return &Store{coll: db.Collection(Collection), links: db.Collection(LinksCollection), quotas: db.Collection(QuotaCollection), slots: db.Collection(SlotsCollection), usage: db.Collection(UsageCollection)}
 }
 
 // EnsureIndexes creates the listing and link indexes (idempotent).
@@ -94,12 +96,6 @@ func fromDoc(d *fileDoc) *files.File {
 	}
 }
 
-// Insert writes a new record.
-func (s *Store) Insert(ctx context.Context, f *files.File) error {
-	_, err := s.coll.InsertOne(ctx, toDoc(f))
-	return mapErr(err)
-}
-
 // Get finds a record by id.
 func (s *Store) Get(ctx context.Context, id string) (*files.File, error) {
 	var d fileDoc
@@ -151,44 +147,6 @@ func (s *Store) Existing(ctx context.Context, ids []string) (map[string]bool, er
 		out[d.ID] = true
 	}
 	return out, nil
-}
-
-// Delete removes a record.
-func (s *Store) Delete(ctx context.Context, id string) error {
-	res, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
-	if err != nil {
-		return mapErr(err)
-	}
-	if res.DeletedCount == 0 {
-		return files.ErrNotFound
-	}
-	return nil
-}
-
-// Usage sums the sizes of owner's records and counts them.
-func (s *Store) Usage(ctx context.Context, owner string) (int64, int64, error) {
-	cur, err := s.coll.Aggregate(ctx, mongo.Pipeline{
-		{{Key: "$match", Value: bson.D{{Key: "owner", Value: owner}}}},
-		{{Key: "$group", Value: bson.D{
-			{Key: "_id", Value: nil},
-			{Key: "bytes", Value: bson.D{{Key: "$sum", Value: "$size"}}},
-		}}},
-	})
-	if err != nil {
-		return 0, 0, mapErr(err)
-	}
-	var out []struct {
-		Bytes int64 `bson:"bytes"`
-	}
-	if err := cur.All(ctx, &out); err != nil {
-		return 0, 0, mapErr(err)
-	}
-	// Counted apart: FerretDB's $group does not sum constants.
-	n, err := s.coll.CountDocuments(ctx, bson.D{{Key: "owner", Value: owner}})
-	if err != nil || len(out) == 0 {
-		return 0, n, mapErr(err)
-	}
-	return out[0].Bytes, n, nil
 }
 
 type linkDoc struct {
