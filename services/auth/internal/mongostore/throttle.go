@@ -46,14 +46,16 @@ func NewThrottle(db *mongo.Database) *Throttle {
 	return &Throttle{c: db.Collection(ThrottleCollection)}
 }
 
-// sequentialMax is the largest Max whose slots are probed in order (1, 2,
-// …): exact, and at most sequentialMax inserts per attempt. Larger limits
+// sequentialMax is the largest Max whose slots are all probed before an
+// attempt is refused (in order from 1, or round from a random slot):
+// exact, and at most sequentialMax inserts per attempt. Larger limits
 // (a global cap) are probed at randomProbes random ordinals: still never
 // more than Max admitted, but an attempt may be refused a little before
 // every slot is taken.
 const (
 	sequentialMax = 64
 	randomProbes  = 8
+	orderedMax    = 8 // limits up to this are probed from slot 1 (Ticket.Fresh)
 )
 
 type throttleState struct {
@@ -117,15 +119,30 @@ func (t *Throttle) Admit(ctx context.Context, key string, rule account.ThrottleR
 		return false, err
 	}
 	if rule.Max <= sequentialMax {
+		// Small limits (an account's) are probed from slot 1, so taking
+		// slot 1 means the attempt is the key's first. Larger ones (an
+		// address's, shared by every sign-in from behind one proxy) are
+		// probed from a random slot round all of them: k attempts in
+		// flight cost about Max/(Max-k) inserts each, not k.
+		start := 0
+		if rule.Max > orderedMax {
+			n, err := rand.Int(rand.Reader, big.NewInt(int64(rule.Max)))
+			if err != nil {
+				return account.Ticket{}, err
+			}
+			start = int(n.Int64())
+		}
 		deadline := time.Now().Add(inFlightFor) // the wall clock: now is the attempt's, fixed
 		for {
-			for i := 1; i <= rule.Max; i++ {
+			for j := range rule.Max {
+				i := (start+j)%rule.Max + 1
 				ok, err := try(i)
 				if err != nil {
 					return account.Ticket{}, err
 				}
 				if ok {
-					return account.Ticket{Key: key, Slot: prefix + strconv.Itoa(i), Fresh: i == 1 && (!exists || st.Round == 0)}, nil
+					fresh := rule.Max <= orderedMax && i == 1 && (!exists || st.Round == 0)
+					return account.Ticket{Key: key, Slot: prefix + strconv.Itoa(i), Fresh: fresh}, nil
 				}
 			}
 			// Every slot is taken. Attempts still in flight hold theirs
