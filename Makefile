@@ -3,11 +3,15 @@ GO       ?= go
 PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run test test-security test-short test-faults test-compose test-scale test-ha soak bench minio vet fmt fuzz packages test-console
+.PHONY: run info test test-security test-short test-faults test-compose test-scale test-ha soak bench minio vet fmt fuzz packages test-console
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
 	$(GO) run ./scripts/devstack
+
+## info: print make run's banner again (addresses and logins), kept in DATA_DIR/banner.txt (./data by default)
+info:
+	@f="$${DATA_DIR:-data}/banner.txt"; if [ -f "$$f" ]; then cat "$$f"; else echo "no banner in $$f: make run writes it once the platform is up"; exit 1; fi
 
 ## test: every test, race detector on, against real NATS, FerretDB and MinIO, and the console in Chromium; then the hostile-input suite
 test: packages minio

@@ -5,6 +5,24 @@ import (
 	"log/slog"
 )
 
+// routineRoutes are the routes other machines call on a timer: the gateway's
+// and the container runtime's probes (GET /healthz, /readyz) and Prometheus'
+// scrapes (GET /metrics). AccessLog logs their successful requests at DEBUG,
+// so they do not bury everything else at the default level (INFO): with the
+// gateway probing every address every 2 s, they would be most of the log.
+var routineRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+// AccessLevel is the level of a request's access line: DEBUG for a routine
+// route answered below 400, INFO for every other request. A probe that
+// fails (an unready service answers /readyz with 503) stays at INFO: that
+// is news.
+func AccessLevel(route string, status int) slog.Level {
+	if routineRoutes[route] && status < 400 {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
 type ridKey struct{}
 
 // WithRequestID returns ctx carrying the request id, for log lines written

@@ -117,7 +117,7 @@ func RequestID(c *fiber.Ctx) string {
 	return s
 }
 
-// AccessLog writes one structured line per request.
+// AccessLog writes one structured line per request, at AccessLevel.
 func AccessLog(log *slog.Logger) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
@@ -127,9 +127,9 @@ func AccessLog(log *slog.Logger) fiber.Handler {
 				_ = c.SendStatus(http.StatusInternalServerError)
 			}
 		}
-		path := c.Route().Path
-		log.Info("request", "rid", RequestID(c), "method", c.Method(), "route", path,
-			"status", c.Response().StatusCode(), "dur_ms", time.Since(start).Milliseconds())
+		path, status := c.Route().Path, c.Response().StatusCode()
+		log.Log(context.Background(), AccessLevel(path, status), "request", "rid", RequestID(c), "method", c.Method(), "route", path,
+			"status", status, "dur_ms", time.Since(start).Milliseconds())
 		return nil
 	}
 }

@@ -5,7 +5,9 @@
 // (scripts/devstack/devenv). Every server takes a login (generated, kept in
 // DATA_DIR/dev-secrets.json), and a service process that dies is started
 // again. Data lives under DATA_DIR (./data) and survives restarts; Ctrl-C
-// stops everything.
+// stops everything. Once the platform is up it prints its banner (the
+// addresses and logins) last, and keeps it in DATA_DIR/banner.txt for `make
+// info`.
 package main
 
 import (
@@ -32,13 +34,10 @@ func main() {
 	}
 }
 
-type persisted struct {
-	stack.Secrets
-	MinIOAccess string `json:"minioAccess"`
-	MinIOSecret string `json:"minioSecret"`
-}
-
-func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
+func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	// Everything the processes print passes through out, which notes when;
+	// the banner waits for their start-up lines (quietWriter).
+	out := &quietWriter{w: stdout}
 	cfg := devenv.Config{
 		DataDir: getenv("DATA_DIR"), GatewayAddr: getenv("GATEWAY_ADDR"), MailpitAddr: getenv("MAILPIT_ADDR"),
 		Getenv: getenv, Out: out, Log: os.Stderr,
@@ -48,7 +47,6 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 		return err
 	}
 	defer srv.Stop()
-	sec := srv.Secrets
 
 	fmt.Fprintln(out, "building the services...")
 	bins, err := stack.Build(ctx, "bin", false)
@@ -63,33 +61,23 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 	if err := waitReady(ctx, p.GatewayURL); err != nil {
 		fmt.Fprintln(out, "warning:", err)
 	}
+	if ctx.Err() != nil {
+		return nil // stopped during start-up: no banner
+	}
 	dataDir := getenv("DATA_DIR")
 	if dataDir == "" {
 		dataDir = "data"
 	}
-	fmt.Fprintf(out, `
-================================================================
- The platform is running: %[1]s   (Ctrl-C stops everything)
- Administrator: %[2]s  password: %[3]s
- (every secret is in %[4]s; set ADMIN_EMAIL/ADMIN_PASSWORD before the first run to choose)
-
- Sign in:
-   curl -i -c jar -H 'Content-Type: application/json' \
-     -d '{"email":"%[2]s","password":"%[3]s"}' %[1]s/signin
-   curl -b jar %[1]s/me
- Data: %[5]s   Metrics: gateway %[9]s  auth %[10]s  files %[11]s  logs %[12]s
- The servers below take a login (passwords in %[4]s):
-   MongoDB wire %[6]s  user %[14]s (mongoPassword)
-   NATS %[7]s  users auth, files, logs, gateway, publisher (natsPasswords; deploy/nats.conf)
-   MinIO %[8]s  (minioAccess, minioSecret)
- Mail (password reset, address verification) is caught by Mailpit, not sent:
-   curl -s -u %[15]s:%[16]s '%[13]s/api/v1/messages'        # what was caught (newest first)
-   curl -s -u %[15]s:%[16]s '%[13]s/api/v1/message/<ID>'    # one message, text and HTML parts
- A service process that dies is started again (1 s, doubling to 30 s).
-================================================================
-`, p.GatewayURL, sec.AdminEmail, sec.AdminPassword, srv.SecretsFile, dataDir, srv.MongoURL, srv.NATSURL, srv.MinIO.Endpoint,
-		p.MetricsURLs["gateway"], p.MetricsURLs["auth"], p.MetricsURLs["files"], p.MetricsURLs["logs"], srv.Mailpit.API,
-		sec.MongoUser, sec.MailpitUser, sec.MailpitPassword)
+	// The banner comes last, once the start-up lines are out, and is kept
+	// for `make info`; routine requests (probes, scrapes) log at DEBUG, so
+	// at the default level nothing follows it but what happens.
+	out.waitQuiet(ctx, 1500*time.Millisecond, 15*time.Second)
+	kept := bannerPath(dataDir)
+	text := banner(p, srv, dataDir, kept)
+	if err := keepBanner(kept, text); err != nil {
+		fmt.Fprintln(out, "warning: the banner could not be kept:", err)
+	}
+	fmt.Fprint(out, text)
 
 	// A service that dies (a crash, kill -9) is restarted in its place
 	// with a back-off, as compose's `restart: unless-stopped` does; the
@@ -99,6 +87,9 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) error {
 	fmt.Fprintln(out, "\nstopping...")
 	p.Stop(20 * time.Second)
 	supervised()
+	if err := markStopped(kept, time.Now()); err != nil {
+		fmt.Fprintln(out, "warning:", err)
+	}
 	return nil
 }
 
