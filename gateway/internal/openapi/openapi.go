@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/acme/platform/gateway/internal/apierror"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -54,9 +55,7 @@ func document(body func() ([]byte, error), contentType string) http.Handler {
 			}
 		})
 		if err != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusInternalServerError)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": "the API document cannot be rendered", "code": "internal"})
+			apierror.Write(w, apierror.DocumentUnrenderable)
 			return
 		}
 		h := w.Header()

@@ -100,3 +100,36 @@ func isTimeout(err error) bool {
 // errBodyIncomplete ends a request whose body failed while the service
 // answered it (ModifyResponse).
 var errBodyIncomplete = errors.New("request body incomplete")
+
+// limitedBody fails a request body (chunked, so of unknown length) once it
+// passes the limit.
+type limitedBody struct {
+	rc      io.ReadCloser
+	left    int64
+	tripped atomic.Bool
+	failed  atomic.Bool // a read failed (not io.EOF): the body is not whole
+}
+
+var errBodyTooLarge = errors.New("request body too large")
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		l.tripped.Store(true)
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left+1] // read one byte past to detect an overrun
+	}
+	n, err := l.rc.Read(p)
+	if err != nil && err != io.EOF {
+		l.failed.Store(true)
+	}
+	l.left -= int64(n)
+	if l.left < 0 {
+		l.tripped.Store(true)
+		return 0, errBodyTooLarge
+	}
+	return n, err
+}
+
+func (l *limitedBody) Close() error { return l.rc.Close() }

@@ -171,3 +171,23 @@ func (p *prefetch) drop() {
 		}
 	}()
 }
+
+// prefetchFor starts the object fetch of a request to route that was
+// handed off to the same caller before (nil when there is none to start),
+// and returns the request's key ("" when it is not eligible).
+func (h *Handler) prefetchFor(r *http.Request, route Route, authz string) (key string, pre *prefetch) {
+	if h.cfg.Handoff == nil || route.Service != "files" || route.Upstream != "" {
+		return "", nil
+	}
+	caller, ok := prefetchCaller(r, route, authz)
+	if !ok {
+		return "", nil
+	}
+	if key = prefetchKey(r, caller); key == "" {
+		return "", nil
+	}
+	if a, ok := h.pre.get(key, time.Now()); ok && !h.cfg.Handoff.Cached(a) {
+		pre = startPrefetch(r.Context(), h.cfg.Handoff, a)
+	}
+	return key, pre
+}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"mime"
 	"net/http"
+	"time"
 
+	"github.com/acme/platform/gateway/internal/apierror"
 	"github.com/acme/platform/gateway/internal/sessions"
 	"github.com/acme/platform/pkg/identity"
 )
@@ -35,14 +37,13 @@ func (cw *credWatch) valid(ctx context.Context) bool {
 	return err != nil || id.UserID == cw.claims.Subject && id.Role == cw.claims.Role
 }
 
-// refuse answers a request ended by errRevoked before its answer began.
-func (cw *credWatch) refuse(w http.ResponseWriter) {
+// refusal is the answer to a request ended by errRevoked before its answer
+// began.
+func (cw *credWatch) refusal() apierror.Kind {
 	if cw.key {
-		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-		writeError(w, http.StatusUnauthorized, "invalid_api_key", "the API key was revoked or its owner changed")
-		return
+		return apierror.KeyRevoked
 	}
-	writeError(w, http.StatusUnauthorized, "invalid_session", "the session ended or its user changed")
+	return apierror.SessionEnded
 }
 
 func isEventStream(contentType string) bool {
@@ -80,3 +81,27 @@ func (g *gateWriter) Flush() {
 
 // Unwrap gives http.ResponseController the real writer.
 func (g *gateWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// recheck ends t's request (cancel with errRevoked) when its credential no
+// longer resolves to the same user and role, checking every interval until
+// the request ends. A failure to reach auth keeps the request: it is
+// checked again at the next tick.
+func (h *Handler) recheck(ctx context.Context, t *target, every time.Duration) {
+	if ctx.Err() != nil {
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		if !t.watch.valid(ctx) {
+			h.cfg.Log.InfoContext(ctx, "request ended: its credential was revoked or changed")
+			t.cancel(errRevoked)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
