@@ -8,7 +8,9 @@
 // compares the two. The scale section (scale.go) fills the database to
 // 1,000 and to SCALE_N (100,000) records per collection and measures the
 // platform's requests, one at a time, at both sizes, beside PocketBase; it
-// runs last, since it leaves the database full.
+// runs last, since it leaves the database full. The logdocs section
+// (logdocs.go) runs only when BENCH_ONLY names it: it compares log records
+// stored one document each with the logs service's chunk store.
 package main
 
 import (
@@ -138,11 +140,13 @@ func run(ctx context.Context, out io.Writer) error {
 
 	e := &env{ctx: ctx, tmp: tmp, p: p, sec: sec, servers: servers, mongo: mc, seconds: time.Duration(secs) * time.Second, out: out}
 	sections := []struct {
-		name string
-		fn   func(*env) error
-	}{{"auth", benchAuth}, {"pocketbase", benchPocketBase}, {"files", benchFiles}, {"logs", benchLogs}, {"logsearch", benchLogSearch}, {"scale", benchScale}}
+		name  string
+		fn    func(*env) error
+		named bool // run only when BENCH_ONLY names it
+	}{{"auth", benchAuth, false}, {"pocketbase", benchPocketBase, false}, {"files", benchFiles, false}, {"logs", benchLogs, false},
+		{"logsearch", benchLogSearch, false}, {"scale", benchScale, false}, {"logdocs", benchLogDocs, true}}
 	for _, s := range sections {
-		if !want(s.name) {
+		if !want(s.name) || (s.named && !only[s.name]) {
 			continue
 		}
 		fmt.Fprintf(out, "\n== %s\n", s.name)
