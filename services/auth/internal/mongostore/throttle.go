@@ -107,81 +107,112 @@ func (t *Throttle) Admit(ctx context.Context, key string, rule account.ThrottleR
 		return account.Ticket{}, &account.ThrottledError{RetryAfter: st.LockedUntil.Sub(now)}
 	}
 	w, end := windowOf(now, rule.Window)
-	prefix := key + "#" + st.Gen + "#" + strconv.Itoa(st.Round) + "#" + strconv.FormatInt(w, 10) + "#"
-	try := func(ordinal int) (bool, error) {
-		_, err := t.c.InsertOne(ctx, throttleSlot{ID: prefix + strconv.Itoa(ordinal), Key: key, At: now, Expires: end})
-		if err == nil {
-			return true, nil
-		}
-		if mongox.IsDuplicate(err) {
-			return false, nil
-		}
-		return false, err
-	}
+	a := attempt{t: t, key: key, now: now, end: end,
+		prefix: key + "#" + st.Gen + "#" + strconv.Itoa(st.Round) + "#" + strconv.FormatInt(w, 10) + "#"}
+	var tk account.Ticket
 	if rule.Max <= sequentialMax {
-		// Small limits (an account's) are probed from slot 1, so taking
-		// slot 1 means the attempt is the key's first. Larger ones (an
-		// address's, shared by every sign-in from behind one proxy) are
-		// probed from a random slot round all of them: k attempts in
-		// flight cost about Max/(Max-k) inserts each, not k.
-		start := 0
-		if rule.Max > orderedMax {
-			n, err := rand.Int(rand.Reader, big.NewInt(int64(rule.Max)))
-			if err != nil {
-				return account.Ticket{}, err
-			}
-			start = int(n.Int64())
-		}
-		deadline := time.Now().Add(inFlightFor) // the wall clock: now is the attempt's, fixed
-		for {
-			for j := range rule.Max {
-				i := (start+j)%rule.Max + 1
-				ok, err := try(i)
-				if err != nil {
-					return account.Ticket{}, err
-				}
-				if ok {
-					fresh := rule.Max <= orderedMax && i == 1 && (!exists || st.Round == 0)
-					return account.Ticket{Key: key, Slot: prefix + strconv.Itoa(i), Fresh: fresh}, nil
-				}
-			}
-			// Every slot is taken. Attempts still in flight hold theirs
-			// until they end (a success gives it back): wait for them rather
-			// than count concurrent right answers as failures.
-			busy, err := t.inFlight(ctx, prefix, rule.Max, now)
-			if err != nil {
-				return account.Ticket{}, err
-			}
-			if !busy || !time.Now().Before(deadline) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return account.Ticket{}, ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+		tk, err = a.probeAll(ctx, rule.Max, !exists || st.Round == 0)
 	} else {
-		for range randomProbes {
-			n, err := rand.Int(rand.Reader, big.NewInt(int64(rule.Max)))
-			if err != nil {
-				return account.Ticket{}, err
-			}
-			i := int(n.Int64()) + 1
-			ok, err := try(i)
+		tk, err = a.probeRandom(ctx, rule.Max)
+	}
+	if err != nil || tk.Slot != "" {
+		return tk, err
+	}
+	// Every slot of this round is taken: lock the key.
+	return account.Ticket{}, t.lock(ctx, st, exists, rule, now, end)
+}
+
+// attempt is one Admit's try at the slots of prefix.
+type attempt struct {
+	t        *Throttle
+	key      string
+	prefix   string
+	now, end time.Time
+}
+
+// try inserts slot ordinal: false when it is taken.
+func (a attempt) try(ctx context.Context, ordinal int) (bool, error) {
+	_, err := a.t.c.InsertOne(ctx, throttleSlot{ID: a.prefix + strconv.Itoa(ordinal), Key: a.key, At: a.now, Expires: a.end})
+	if err == nil {
+		return true, nil
+	}
+	if mongox.IsDuplicate(err) {
+		return false, nil
+	}
+	return false, err
+}
+
+// probeAll tries every slot 1..max before giving up, and waits (at most
+// inFlightFor) while attempts still in flight hold them. Small limits (an
+// account's) are probed from slot 1, so taking slot 1 means the attempt
+// is the key's first (Ticket.Fresh, when first says no round was locked).
+// Larger ones (an address's, shared by every sign-in from behind one
+// proxy) are probed from a random slot round all of them: k attempts in
+// flight cost about max/(max-k) inserts each, not k. A ticket without a
+// slot means every slot is taken by attempts that ended.
+func (a attempt) probeAll(ctx context.Context, max int, first bool) (account.Ticket, error) {
+	start := 0
+	if max > orderedMax {
+		n, err := rand.Int(rand.Reader, big.NewInt(int64(max)))
+		if err != nil {
+			return account.Ticket{}, err
+		}
+		start = int(n.Int64())
+	}
+	deadline := time.Now().Add(inFlightFor) // the wall clock: now is the attempt's, fixed
+	for {
+		for j := range max {
+			i := (start+j)%max + 1
+			ok, err := a.try(ctx, i)
 			if err != nil {
 				return account.Ticket{}, err
 			}
 			if ok {
-				return account.Ticket{Key: key, Slot: prefix + strconv.Itoa(i)}, nil
+				fresh := max <= orderedMax && i == 1 && first
+				return account.Ticket{Key: a.key, Slot: a.prefix + strconv.Itoa(i), Fresh: fresh}, nil
 			}
 		}
+		// Every slot is taken. Attempts still in flight hold theirs until
+		// they end (a success gives it back): wait for them rather than
+		// count concurrent right answers as failures.
+		busy, err := a.t.inFlight(ctx, a.prefix, max, a.now)
+		if err != nil || !busy || !time.Now().Before(deadline) {
+			return account.Ticket{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return account.Ticket{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	// Every slot of this round is taken: lock the key. Without a lock
-	// duration, the key stays refused until the window ends (every attempt
-	// probes again).
+}
+
+// probeRandom tries randomProbes random slots of 1..max (a global cap).
+func (a attempt) probeRandom(ctx context.Context, max int) (account.Ticket, error) {
+	for range randomProbes {
+		n, err := rand.Int(rand.Reader, big.NewInt(int64(max)))
+		if err != nil {
+			return account.Ticket{}, err
+		}
+		i := int(n.Int64()) + 1
+		ok, err := a.try(ctx, i)
+		if err != nil {
+			return account.Ticket{}, err
+		}
+		if ok {
+			return account.Ticket{Key: a.key, Slot: a.prefix + strconv.Itoa(i)}, nil
+		}
+	}
+	return account.Ticket{}, nil
+}
+
+// lock records that the round of st is full and returns the
+// *account.ThrottledError to answer. Without a lock duration, the key stays
+// refused until the window (ending at end) ends: every attempt probes
+// again.
+func (t *Throttle) lock(ctx context.Context, st throttleState, exists bool, rule account.ThrottleRule, now, end time.Time) error {
 	if rule.Lock <= 0 {
-		return account.Ticket{}, &account.ThrottledError{RetryAfter: end.Sub(now)}
+		return &account.ThrottledError{RetryAfter: end.Sub(now)}
 	}
 	lock := rule.Lock
 	for i := 0; i < st.Round && (rule.LockMax <= 0 || lock < rule.LockMax); i++ {
@@ -191,22 +222,22 @@ func (t *Throttle) Admit(ctx context.Context, key string, rule account.ThrottleR
 		lock = rule.LockMax
 	}
 	until := now.Add(lock)
-	next := throttleState{ID: key, Gen: st.Gen, Round: st.Round + 1, LockedUntil: until, Touched: now}
+	next := throttleState{ID: st.ID, Gen: st.Gen, Round: st.Round + 1, LockedUntil: until, Touched: now}
 	if !exists {
 		if _, err := t.c.InsertOne(ctx, next); err != nil && !mongox.IsDuplicate(err) {
-			return account.Ticket{}, err
+			return err
 		}
 	} else {
 		// Only while the state is still the one read: the attempts that
 		// found the same round full write the same round.
 		_, err := t.c.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: key}, {Key: "gen", Value: st.Gen}, {Key: "round", Value: st.Round}},
+			bson.D{{Key: "_id", Value: st.ID}, {Key: "gen", Value: st.Gen}, {Key: "round", Value: st.Round}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "round", Value: next.Round}, {Key: "lockedUntil", Value: until}, {Key: "touched", Value: now}}}})
 		if err != nil {
-			return account.Ticket{}, err
+			return err
 		}
 	}
-	return account.Ticket{}, &account.ThrottledError{RetryAfter: lock}
+	return &account.ThrottledError{RetryAfter: lock}
 }
 
 // inFlightFor is how long after its admission a slot may belong to an
