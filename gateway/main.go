@@ -7,4 +7,4 @@ import (
 	"github.com/acme/platform/pkg/service"
 )
 
-func main() { service.Main("gateway", "GATEWAY_ADDR", "127.0.0.1:8080", app.Run) }
+func main() { service.Main("gateway", app.Prefix, app.Settings, app.Run) }

@@ -16,18 +16,10 @@
 // line saying what it did (never a secret) and exits 0; otherwise it prints
 // the reason on stderr and exits 1 (2 for arguments, which it takes none of).
 //
-// Settings, from the environment; each X can instead be given as X_FILE,
-// naming a file that holds the value (compose secrets under /run/secrets):
-//
-//	S3_ENDPOINT           MinIO's host:port                    (127.0.0.1:9000)
-//	S3_USE_TLS            true for https                       (false)
-//	S3_ROOT_USER          MinIO's root user (MINIO_ROOT_USER)         required
-//	S3_ROOT_PASSWORD      MinIO's root password                       required
-//	S3_BUCKET             the files service's bucket           (acme-files)
-//	S3_FILES_ACCESS_KEY   the files service's access key (user name)  required
-//	S3_FILES_SECRET_KEY   its secret key, at least 8 characters       required
-//	S3_FILES_POLICY       the canned policy's name             (acme-files-bucket)
-//	S3_SETUP_TIMEOUT      how long to wait for MinIO, and to finish (60s)
+// Settings come from the environment; the table is Settings (config.go)
+// and the reference docs/configuration.md ("deploy/s3setup"). The
+// credentials can instead be given as X_FILE, naming a file that holds the
+// value (compose secrets under /run/secrets).
 //
 // The files service is then configured with S3_ACCESS_KEY and
 // S3_SECRET_KEY set to the same values as S3_FILES_ACCESS_KEY and

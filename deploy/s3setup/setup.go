@@ -14,87 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/acme/platform/pkg/config"
 	"github.com/minio/madmin-go/v3"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
-
-// Config is what the job needs; see the package comment for the variables.
-type Config struct {
-	Endpoint     string
-	UseTLS       bool
-	RootUser     string
-	RootPassword string
-	Bucket       string
-	AccessKey    string // the files service's
-	SecretKey    string
-	Policy       string
-	Timeout      time.Duration
-}
-
-func loadConfig(getenv func(string) string) (Config, error) {
-	r := config.New("", getenv)
-	c := Config{
-		Endpoint:     r.String("S3_ENDPOINT", "127.0.0.1:9000"),
-		UseTLS:       r.Bool("S3_USE_TLS", false),
-		RootUser:     r.String("S3_ROOT_USER", ""),
-		RootPassword: r.Secret("S3_ROOT_PASSWORD", ""),
-		Bucket:       r.String("S3_BUCKET", "acme-files"),
-		AccessKey:    r.String("S3_FILES_ACCESS_KEY", ""),
-		SecretKey:    r.Secret("S3_FILES_SECRET_KEY", ""),
-		Policy:       r.String("S3_FILES_POLICY", "acme-files-bucket"),
-		Timeout:      r.Duration("S3_SETUP_TIMEOUT", 60*time.Second),
-	}
-	var problems []string
-	if err := r.Err(); err != nil {
-		problems = append(problems, err.Error())
-	}
-	for _, req := range []struct{ name, value string }{
-		{"S3_ENDPOINT", c.Endpoint},
-		{"S3_ROOT_USER", c.RootUser},
-		{"S3_ROOT_PASSWORD", c.RootPassword},
-		{"S3_FILES_ACCESS_KEY", c.AccessKey},
-		{"S3_FILES_SECRET_KEY", c.SecretKey},
-		{"S3_FILES_POLICY", c.Policy},
-	} {
-		if req.value == "" {
-			problems = append(problems, req.name+" (or "+req.name+"_FILE) is required")
-		}
-	}
-	if strings.Contains(c.Endpoint, "/") {
-		problems = append(problems, fmt.Sprintf("S3_ENDPOINT %q must be host:port, without a scheme or path (S3_USE_TLS picks https)", c.Endpoint))
-	}
-	if err := s3utils.CheckValidBucketNameStrict(c.Bucket); err != nil {
-		problems = append(problems, fmt.Sprintf("S3_BUCKET %q: %v", c.Bucket, err))
-	}
-	// MinIO's own rules for users (cmd/iam.go CreateUser, admin AddUser).
-	if c.AccessKey != "" {
-		if len(c.AccessKey) < 3 || strings.ContainsAny(c.AccessKey, "=,") {
-			problems = append(problems, "S3_FILES_ACCESS_KEY must be at least 3 characters, without '=' or ','")
-		}
-		if c.AccessKey == c.RootUser {
-			problems = append(problems, "S3_FILES_ACCESS_KEY must differ from S3_ROOT_USER: the files service must not use the root credentials")
-		}
-	}
-	if c.SecretKey != "" && len(c.SecretKey) < 8 {
-		problems = append(problems, "S3_FILES_SECRET_KEY must be at least 8 characters")
-	}
-	if c.SecretKey != "" && c.SecretKey == c.RootPassword {
-		problems = append(problems, "S3_FILES_SECRET_KEY must differ from S3_ROOT_PASSWORD")
-	}
-	if strings.ContainsAny(c.Policy, ", ") {
-		problems = append(problems, fmt.Sprintf("S3_FILES_POLICY %q must not contain ',' or spaces", c.Policy))
-	}
-	if c.Timeout <= 0 {
-		problems = append(problems, "S3_SETUP_TIMEOUT must be positive")
-	}
-	if len(problems) > 0 {
-		return c, errors.New(strings.Join(problems, "; "))
-	}
-	return c, nil
-}
 
 // The policy language (a subset of AWS IAM's that MinIO reads).
 type policyDoc struct {
@@ -194,56 +117,96 @@ func run(parent context.Context, c Config) (string, error) {
 		return "", fmt.Errorf("S3_ENDPOINT %q: %w", c.Endpoint, err)
 	}
 	adm.SetAppInfo("acme-s3setup", "1")
-	start := time.Now()
 	scheme := map[bool]string{false: "http", true: "https"}[c.UseTLS]
-	where := fmt.Sprintf("MinIO at %s://%s", scheme, c.Endpoint)
+	j := &setup{c: c, s3: s3, adm: adm, where: fmt.Sprintf("MinIO at %s://%s", scheme, c.Endpoint)}
 
 	// 1. MinIO answers, to the root credentials (and the bucket's state).
+	exists, err := j.reach(parent, ctx)
+	if err != nil {
+		return "", err
+	}
+	// 2. The bucket. 3. The policy. 4. The user. 5. The user's policies.
+	bucketDid, err := j.bucket(ctx, exists)
+	if err != nil {
+		return "", err
+	}
+	policyDid, err := j.policy(ctx)
+	if err != nil {
+		return "", err
+	}
+	userDid, err := j.user(ctx)
+	if err != nil {
+		return "", err
+	}
+	attachDid, groups, err := j.attach(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s: bucket %s %s; policy %s %s; user %s %s, %s%s",
+		j.where, c.Bucket, bucketDid, c.Policy, policyDid, c.AccessKey, userDid, attachDid, groups), nil
+}
+
+// setup is one run's clients; each method is one step and says what it did.
+type setup struct {
+	c     Config
+	s3    *minio.Client
+	adm   *madmin.AdminClient
+	where string // "MinIO at http://host:port", for messages
+}
+
+// step runs f with retries and names what failed.
+func (j *setup) step(ctx context.Context, what string, f func(context.Context) error) error {
+	if err := retry(ctx, f); err != nil {
+		return fmt.Errorf("%s: %s: %w", j.where, what, describe(err))
+	}
+	return nil
+}
+
+// reach waits until MinIO answers the root credentials and reports
+// whether the bucket exists.
+func (j *setup) reach(parent, ctx context.Context) (bool, error) {
+	start := time.Now()
 	var exists bool
-	if err := retry(ctx, func(ctx context.Context) (err error) {
-		exists, err = s3.BucketExists(ctx, c.Bucket)
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		exists, err = j.s3.BucketExists(ctx, j.c.Bucket)
 		return err
-	}); err != nil {
-		switch {
-		case parent.Err() != nil:
-			return "", fmt.Errorf("interrupted while waiting for %s: %w", where, err)
-		case ctx.Err() != nil:
-			return "", fmt.Errorf("%s did not answer within %s (S3_SETUP_TIMEOUT): %w", where, time.Since(start).Round(time.Second), err)
-		}
-		return "", fmt.Errorf("%s: checking bucket %q with the root credentials (S3_ROOT_USER): %w", where, c.Bucket, describe(err))
+	})
+	switch {
+	case err == nil:
+		return exists, nil
+	case parent.Err() != nil:
+		return false, fmt.Errorf("interrupted while waiting for %s: %w", j.where, err)
+	case ctx.Err() != nil:
+		return false, fmt.Errorf("%s did not answer within %s (S3_SETUP_TIMEOUT): %w", j.where, time.Since(start).Round(time.Second), err)
 	}
-	step := func(what string, f func(context.Context) error) error {
-		if err := retry(ctx, f); err != nil {
-			return fmt.Errorf("%s: %s: %w", where, what, describe(err))
-		}
-		return nil
-	}
+	return false, fmt.Errorf("%s: checking bucket %q with the root credentials (S3_ROOT_USER): %w", j.where, j.c.Bucket, describe(err))
+}
 
-	// 2. The bucket.
-	bucketDid := "exists"
-	if !exists {
-		if err := step("creating bucket "+c.Bucket, func(ctx context.Context) error {
-			err := s3.MakeBucket(ctx, c.Bucket, minio.MakeBucketOptions{})
-			if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
-				return nil // created meanwhile (an earlier attempt that timed out)
-			}
-			return err
-		}); err != nil {
-			return "", err
-		}
-		bucketDid = "created"
+// bucket creates the bucket unless it exists.
+func (j *setup) bucket(ctx context.Context, exists bool) (string, error) {
+	if exists {
+		return "exists", nil
 	}
+	err := j.step(ctx, "creating bucket "+j.c.Bucket, func(ctx context.Context) error {
+		err := j.s3.MakeBucket(ctx, j.c.Bucket, minio.MakeBucketOptions{})
+		if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
+			return nil // created meanwhile (an earlier attempt that timed out)
+		}
+		return err
+	})
+	return "created", err
+}
 
-	// 3. The policy.
-	want := filesPolicy(c.Bucket)
+// policy creates or replaces the canned policy when it differs.
+func (j *setup) policy(ctx context.Context) (string, error) {
+	want := filesPolicy(j.c.Bucket)
 	doc, err := json.Marshal(want)
 	if err != nil {
 		return "", err
 	}
-	policyDid := "unchanged"
 	var stored *madmin.PolicyInfo
-	if err := step("reading policy "+c.Policy, func(ctx context.Context) error {
-		p, err := adm.InfoCannedPolicyV2(ctx, c.Policy)
+	if err := j.step(ctx, "reading policy "+j.c.Policy, func(ctx context.Context) error {
+		p, err := j.adm.InfoCannedPolicyV2(ctx, j.c.Policy)
 		if adminCode(err) == "XMinioAdminNoSuchPolicy" {
 			p, err = nil, nil
 		}
@@ -252,92 +215,93 @@ func run(parent context.Context, c Config) (string, error) {
 	}); err != nil {
 		return "", err
 	}
-	if stored == nil || !samePolicy(stored.Policy, want) {
-		policyDid = "updated"
-		if stored == nil {
-			policyDid = "created"
-		}
-		if err := step("writing policy "+c.Policy, func(ctx context.Context) error {
-			return adm.AddCannedPolicy(ctx, c.Policy, doc)
-		}); err != nil {
-			return "", err
-		}
+	if stored != nil && samePolicy(stored.Policy, want) {
+		return "unchanged", nil
 	}
+	did := "updated"
+	if stored == nil {
+		did = "created"
+	}
+	return did, j.step(ctx, "writing policy "+j.c.Policy, func(ctx context.Context) error {
+		return j.adm.AddCannedPolicy(ctx, j.c.Policy, doc)
+	})
+}
 
-	// 4. The user: AddUser creates it, or sets the secret key of an
-	// existing one and enables it; its policies are kept.
-	userDid := "updated"
-	if err := step("reading user "+c.AccessKey, func(ctx context.Context) error {
-		_, err := adm.GetUserInfo(ctx, c.AccessKey)
+// user creates the user, or sets the secret key of an existing one and
+// enables it; its policies are kept.
+func (j *setup) user(ctx context.Context) (string, error) {
+	did := "updated"
+	if err := j.step(ctx, "reading user "+j.c.AccessKey, func(ctx context.Context) error {
+		_, err := j.adm.GetUserInfo(ctx, j.c.AccessKey)
 		if adminCode(err) == "XMinioAdminNoSuchUser" {
-			userDid = "created"
+			did = "created"
 			return nil
 		}
 		return err
 	}); err != nil {
 		return "", err
 	}
-	if err := step("setting user "+c.AccessKey, func(ctx context.Context) error {
-		return adm.AddUser(ctx, c.AccessKey, c.SecretKey)
-	}); err != nil {
-		return "", err
-	}
+	return did, j.step(ctx, "setting user "+j.c.AccessKey, func(ctx context.Context) error {
+		return j.adm.AddUser(ctx, j.c.AccessKey, j.c.SecretKey)
+	})
+}
 
-	// 5. The user's policies: exactly ours.
+// attach makes the policy the user's only one; groups notes the groups
+// the user is a member of, whose policies also apply.
+func (j *setup) attach(ctx context.Context) (did, groups string, err error) {
 	var info madmin.UserInfo
-	if err := step("reading user "+c.AccessKey, func(ctx context.Context) (err error) {
-		info, err = adm.GetUserInfo(ctx, c.AccessKey)
+	if err := j.step(ctx, "reading user "+j.c.AccessKey, func(ctx context.Context) (err error) {
+		info, err = j.adm.GetUserInfo(ctx, j.c.AccessKey)
 		return err
 	}); err != nil {
-		return "", err
+		return "", "", err
 	}
 	var others []string
 	has := false
 	for _, p := range strings.Split(info.PolicyName, ",") {
 		switch p = strings.TrimSpace(p); p {
 		case "":
-		case c.Policy:
+		case j.c.Policy:
 			has = true
 		default:
 			others = append(others, p)
 		}
 	}
-	attachDid := "policy already attached"
+	did = "policy already attached"
 	if len(others) > 0 {
-		if err := step("detaching policies "+strings.Join(others, ",")+" from user "+c.AccessKey, func(ctx context.Context) error {
-			_, err := adm.DetachPolicy(ctx, madmin.PolicyAssociationReq{Policies: others, User: c.AccessKey})
-			if adminCode(err) == "XMinioAdminPolicyChangeAlreadyApplied" {
-				return nil
-			}
-			return err
-		}); err != nil {
-			return "", err
+		if err := j.associate(ctx, "detaching policies "+strings.Join(others, ",")+" from user "+j.c.AccessKey, others, j.adm.DetachPolicy); err != nil {
+			return "", "", err
 		}
-		attachDid = "detached " + strings.Join(others, ",")
+		did = "detached " + strings.Join(others, ",")
 	}
 	if !has {
-		if err := step("attaching policy "+c.Policy+" to user "+c.AccessKey, func(ctx context.Context) error {
-			_, err := adm.AttachPolicy(ctx, madmin.PolicyAssociationReq{Policies: []string{c.Policy}, User: c.AccessKey})
-			if adminCode(err) == "XMinioAdminPolicyChangeAlreadyApplied" {
-				return nil
-			}
-			return err
-		}); err != nil {
-			return "", err
+		if err := j.associate(ctx, "attaching policy "+j.c.Policy+" to user "+j.c.AccessKey, []string{j.c.Policy}, j.adm.AttachPolicy); err != nil {
+			return "", "", err
 		}
 		if len(others) > 0 {
-			attachDid += ", policy attached"
+			did += ", policy attached"
 		} else {
-			attachDid = "policy attached"
+			did = "policy attached"
 		}
 	}
-	groups := ""
 	if len(info.MemberOf) > 0 {
 		// Group policies add to the user's; this job creates no groups.
 		groups = fmt.Sprintf(" (note: member of groups %s, whose policies also apply)", strings.Join(info.MemberOf, ","))
 	}
-	return fmt.Sprintf("%s: bucket %s %s; policy %s %s; user %s %s, %s%s",
-		where, c.Bucket, bucketDid, c.Policy, policyDid, c.AccessKey, userDid, attachDid, groups), nil
+	return did, groups, nil
+}
+
+// associate attaches or detaches policies (change is the admin call); a
+// change already applied is no error.
+func (j *setup) associate(ctx context.Context, what string, policies []string,
+	change func(context.Context, madmin.PolicyAssociationReq) (madmin.PolicyAssociationResp, error)) error {
+	return j.step(ctx, what, func(ctx context.Context) error {
+		_, err := change(ctx, madmin.PolicyAssociationReq{Policies: policies, User: j.c.AccessKey})
+		if adminCode(err) == "XMinioAdminPolicyChangeAlreadyApplied" {
+			return nil
+		}
+		return err
+	})
 }
 
 // retry calls f until it succeeds, fails for good, or ctx ends; each

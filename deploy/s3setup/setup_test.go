@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/minio/madmin-go/v3"
 	"github.com/minio/minio-go/v7"
@@ -555,3 +556,15 @@ func TestFilesPolicy(t *testing.T) {
 type envMap map[string]string
 
 func (e envMap) Get(k string) string { return e[k] }
+
+// TestConfigurationReference fails when docs/configuration.md's s3setup
+// table differs from Settings (go run ./scripts/configdoc rewrites it).
+func TestConfigurationReference(t *testing.T) {
+	if err := Settings.Check(); err != nil {
+		t.Fatal(err)
+	}
+	err := config.SyncReference("../../docs/configuration.md", "s3setup", config.Reference("", Settings), config.WriteReference())
+	if err != nil {
+		t.Fatal(err)
+	}
+}

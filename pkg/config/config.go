@@ -1,16 +1,22 @@
 // Package config reads service settings from the environment.
 //
-// Every setting has a default in code. A key is looked up first with the
-// service's prefix (AUTH_ADDR) and then without it (ADDR is never used for
-// addresses, but MONGO_URL is shared by all services), so values common to
-// every service are set once and a single service can still override them.
+// Each process defines its settings once, in a Table: key, kind (the
+// parser), default and a one-line description. The Reader reads through
+// that table only, and docs/configuration.md is generated from the same
+// tables (Reference), so code, defaults and documentation cannot drift.
 //
-// Any shared setting can also come from a file: KEY_FILE names a file whose
-// content (surrounding white space removed) is the value, as Docker and
-// compose secrets mount them under /run/secrets. At each level the variable
-// itself wins over its _FILE variant: AUTH_KEY, AUTH_KEY_FILE, KEY, KEY_FILE.
-// Values read from files are masked when the configuration is logged, and so
-// is the password of any URL.
+// A key is looked up with the service's prefix (AUTH_SESSION_TTL). A Shared
+// setting is then also looked up without it (MONGO_URL), so values common to
+// every service are set once and a single service can still override them;
+// only settings that really are the same for several processes are shared
+// (the tables in shared.go, and the few each service marks).
+//
+// A setting marked File can also come from a file: KEY_FILE names a file
+// whose content (surrounding white space removed) is the value, as Docker
+// and compose secrets mount them under /run/secrets. At each level the
+// variable itself wins over its _FILE variant: AUTH_KEY, AUTH_KEY_FILE, KEY,
+// KEY_FILE. Values read from files are masked when the configuration is
+// logged, and so is the password of any URL.
 package config
 
 import (
@@ -27,10 +33,14 @@ import (
 // pass their own environment.
 type Getenv func(string) string
 
-// Reader looks keys up with a prefix and collects parse errors.
+// Reader looks the settings of a table up with a prefix and collects parse
+// errors. Reading a key the table does not define, or with the method of
+// another kind, panics: the table is the only place a setting is defined.
 type Reader struct {
 	prefix string
 	getenv Getenv
+	table  Table
+	read   map[string]bool
 	errs   []string
 	seen   []entry
 }
@@ -40,96 +50,110 @@ type entry struct {
 	secret     bool
 }
 
-// New returns a Reader for the service prefix (for example "AUTH").
-func New(prefix string, getenv Getenv) *Reader {
-	return &Reader{prefix: strings.ToUpper(prefix), getenv: getenv}
+// New returns a Reader for the service prefix (for example "AUTH"; empty
+// for a process whose settings have no prefix) over the joined tables.
+func New(prefix string, getenv Getenv, tables ...Table) *Reader {
+	return &Reader{prefix: strings.ToUpper(prefix), getenv: getenv, table: Join(tables...), read: map[string]bool{}}
 }
 
 // FileSuffix marks a variable that names a file holding the value.
 const FileSuffix = "_FILE"
 
-// lookup returns the variable that supplied key, its value and whether the
-// value came from a file. withFiles enables the KEY_FILE variants.
-func (r *Reader) lookup(key string, shared, withFiles bool) (string, string, bool) {
-	var names []string
-	if r.prefix != "" {
-		names = append(names, r.prefix+"_"+key)
+// Name is the variable a user sets for key: PREFIX_KEY (KEY without a
+// prefix), for messages.
+func (r *Reader) Name(key string) string {
+	if r.prefix == "" {
+		return key
 	}
-	if shared {
-		names = append(names, key)
-	}
-	for _, k := range names {
-		if v := r.getenv(k); v != "" {
-			return k, v, false
+	return r.prefix + "_" + key
+}
+
+// Unread lists the table's settings no method has read: a loader that
+// reads all of them returns none (its tests check it).
+func (r *Reader) Unread() []string {
+	var out []string
+	for _, s := range r.table {
+		if !r.read[s.Key] {
+			out = append(out, s.Key)
 		}
-		if !withFiles {
+	}
+	return out
+}
+
+func (r *Reader) setting(key string, kinds ...Kind) Setting {
+	s, ok := r.table.lookup(key)
+	if !ok {
+		panic("config: " + key + " is not in the settings table")
+	}
+	for _, k := range kinds {
+		if s.Kind == k {
+			r.read[key] = true
+			return s
+		}
+	}
+	panic(fmt.Sprintf("config: %s is a %s setting", key, s.Kind))
+}
+
+// lookup returns the variable that supplied s, its value and whether the
+// value came from a file; "" when none is set.
+func (r *Reader) lookup(s Setting) (string, string, bool) {
+	for _, k := range s.Names(r.prefix) {
+		v := r.getenv(k)
+		if v == "" {
 			continue
 		}
-		if path := r.getenv(k + FileSuffix); path != "" {
-			b, err := os.ReadFile(path)
-			if err != nil {
-				r.errs = append(r.errs, fmt.Sprintf("%s: %v", k+FileSuffix, err))
-				return k + FileSuffix, "", true
-			}
-			return k + FileSuffix, strings.TrimSpace(string(b)), true
+		if !s.File || !strings.HasSuffix(k, FileSuffix) {
+			return k, v, false
 		}
+		b, err := os.ReadFile(v)
+		if err != nil {
+			r.errs = append(r.errs, fmt.Sprintf("%s: %v", k, err))
+			return k, "", true
+		}
+		return k, strings.TrimSpace(string(b)), true
 	}
 	return "", "", false
 }
 
-// String returns PREFIX_KEY, else KEY, else def (each also from a _FILE).
-func (r *Reader) String(key, def string) string {
-	return r.str(key, def, true, false)
-}
-
-// Own returns PREFIX_KEY or def; the unprefixed KEY is not consulted. Use it
-// for settings that must differ between services, such as listen addresses.
-func (r *Reader) Own(key, def string) string {
-	return r.str(key, def, false, false)
-}
-
-// Secret is String for values that must never be printed. Deployments
-// should pass secrets as files (KEY_FILE=/run/secrets/...) rather than in
-// the environment.
-func (r *Reader) Secret(key, def string) string {
-	return r.str(key, def, true, true)
-}
-
-func (r *Reader) str(key, def string, shared, secret bool) string {
-	// Own settings (listen addresses) are never secrets: no _FILE variant.
-	k, v, fromFile := r.lookup(key, shared, shared)
+// raw returns the setting's text: from the environment, else its default.
+func (r *Reader) raw(s Setting) string {
+	k, v, fromFile := r.lookup(s)
 	if k == "" {
-		v = def
-		k = r.prefix + "_" + key
+		v = s.Default
+		k = r.Name(s.Key)
 	}
-	r.seen = append(r.seen, entry{k, v, secret || fromFile})
+	r.seen = append(r.seen, entry{k, v, s.Secret || fromFile})
 	return v
 }
 
-// URLWithLogin returns the URL setting key (looked up like String) with the
-// user name from userKey and the password from passwordKey (a Secret, so
-// passwordKey_FILE works) placed in its user information. When userKey is
-// unset the URL is returned as configured. It lets a deployment keep the
-// password in a secrets file while the address stays an ordinary setting,
-// for clients that take credentials in the URL (nats.go, the MongoDB
-// driver). The result is logged with its password masked.
-func (r *Reader) URLWithLogin(key, def, userKey, passwordKey string) string {
-	return r.withLogin(key, def, userKey, passwordKey, true)
+// String returns a Text setting.
+func (r *Reader) String(key string) string {
+	return r.raw(r.setting(key, Text))
 }
 
-// MongoURL is MONGO_URL (default def) with MONGO_USER and MONGO_PASSWORD
-// (or MONGO_PASSWORD_FILE) as its login, like URLWithLogin. A MongoDB
+// URLWithLogin returns the URL setting key with the user name from userKey
+// and the password from passwordKey placed in its user information. When
+// userKey is unset the URL is returned as configured. It lets a deployment
+// keep the password in a secrets file while the address stays an ordinary
+// setting, for clients that take credentials in the URL (nats.go, the
+// MongoDB driver). The result is logged with its password masked.
+func (r *Reader) URLWithLogin(key, userKey, passwordKey string) string {
+	return r.withLogin(key, userKey, passwordKey, true)
+}
+
+// MongoURL is MONGO_URL with MONGO_USER and MONGO_PASSWORD (or
+// MONGO_PASSWORD_FILE) as its login, like URLWithLogin. A MongoDB
 // connection string is one URL even when it lists several hosts
 // (mongodb://a:27017,b:27017/?replicaSet=rs0), so it is not split at commas.
 // Options such as authSource stay as configured.
-func (r *Reader) MongoURL(def string) string {
-	return r.withLogin("MONGO_URL", def, "MONGO_USER", "MONGO_PASSWORD", false)
+func (r *Reader) MongoURL() string {
+	return r.withLogin("MONGO_URL", "MONGO_USER", "MONGO_PASSWORD", false)
 }
 
-func (r *Reader) withLogin(key, def, userKey, passwordKey string, list bool) string {
-	raw := r.String(key, def)
-	user := r.String(userKey, "")
-	pass := r.Secret(passwordKey, "")
+func (r *Reader) withLogin(key, userKey, passwordKey string, list bool) string {
+	raw := r.String(key)
+	user := r.String(userKey)
+	pass := r.String(passwordKey)
 	if user == "" {
 		if pass != "" {
 			r.errs = append(r.errs, fmt.Sprintf("%s is set but %s is not", passwordKey, userKey))
@@ -156,54 +180,63 @@ func (r *Reader) withLogin(key, def, userKey, passwordKey string, list bool) str
 	return strings.Join(parts, ",")
 }
 
-// Int parses an integer setting.
-func (r *Reader) Int(key string, def int) int {
-	v := r.String(key, strconv.Itoa(def))
-	n, err := strconv.Atoi(strings.TrimSpace(v))
+// fail records a malformed value and returns the default's parse (which
+// Table.Check guarantees).
+func (r *Reader) fail(s Setting, msg string) {
+	r.errs = append(r.errs, r.Name(s.Key)+": "+msg)
+}
+
+// Int parses an Int setting.
+func (r *Reader) Int(key string) int {
+	s := r.setting(key, Int)
+	v := strings.TrimSpace(r.raw(s))
+	n, err := strconv.Atoi(v)
 	if err != nil {
-		r.errs = append(r.errs, fmt.Sprintf("%s: %q is not an integer", key, v))
-		return def
+		r.fail(s, fmt.Sprintf("%q is not an integer", v))
+		n, _ = strconv.Atoi(s.Default)
 	}
 	return n
 }
 
-// Int64 parses a 64-bit integer setting; it accepts size suffixes KiB, MiB, GiB.
-func (r *Reader) Int64(key string, def int64) int64 {
-	v := r.String(key, strconv.FormatInt(def, 10))
-	n, err := ParseSize(v)
+// Int64 parses a Size setting; it accepts the suffixes KiB, MiB, GiB.
+func (r *Reader) Int64(key string) int64 {
+	s := r.setting(key, Size)
+	n, err := ParseSize(r.raw(s))
 	if err != nil {
-		r.errs = append(r.errs, fmt.Sprintf("%s: %v", key, err))
-		return def
+		r.fail(s, err.Error())
+		n, _ = ParseSize(s.Default)
 	}
 	return n
 }
 
-// Duration parses a Go duration ("15m", "720h").
-func (r *Reader) Duration(key string, def time.Duration) time.Duration {
-	v := r.String(key, def.String())
-	d, err := time.ParseDuration(strings.TrimSpace(v))
+// Duration parses a Duration setting ("15m", "720h").
+func (r *Reader) Duration(key string) time.Duration {
+	s := r.setting(key, Duration)
+	v := strings.TrimSpace(r.raw(s))
+	d, err := time.ParseDuration(v)
 	if err != nil {
-		r.errs = append(r.errs, fmt.Sprintf("%s: %q is not a duration", key, v))
-		return def
+		r.fail(s, fmt.Sprintf("%q is not a duration", v))
+		d, _ = time.ParseDuration(s.Default)
 	}
 	return d
 }
 
-// Bool parses true/false/1/0.
-func (r *Reader) Bool(key string, def bool) bool {
-	v := r.String(key, strconv.FormatBool(def))
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
+// Bool parses a Bool setting (true/false/1/0).
+func (r *Reader) Bool(key string) bool {
+	s := r.setting(key, Bool)
+	v := strings.TrimSpace(r.raw(s))
+	b, err := strconv.ParseBool(v)
 	if err != nil {
-		r.errs = append(r.errs, fmt.Sprintf("%s: %q is not a boolean", key, v))
-		return def
+		r.fail(s, fmt.Sprintf("%q is not a boolean", v))
+		b, _ = strconv.ParseBool(s.Default)
 	}
 	return b
 }
 
-// List splits a comma-separated setting, dropping empty items.
-func (r *Reader) List(key, def string) []string {
+// List splits a List setting at commas, dropping empty items.
+func (r *Reader) List(key string) []string {
 	var out []string
-	for _, s := range strings.Split(r.String(key, def), ",") {
+	for _, s := range strings.Split(r.raw(r.setting(key, List)), ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
 		}

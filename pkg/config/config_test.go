@@ -2,29 +2,157 @@ package config
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
+// testTable has one setting of each sort the tests need.
+var testTable = Join(Mongo, NATS, Identity, Table{
+	{Key: "ADDR", Default: "def", Doc: "listen address"},
+	{Key: "TTL", Kind: Duration, Default: "1m", Doc: "a duration"},
+	{Key: "PASSWORD", Default: "def", Shared: true, File: true, Secret: true, Doc: "a secret"},
+	{Key: "COUNT", Kind: Int, Default: "3", Doc: "an integer"},
+	{Key: "BYTES", Kind: Size, Default: "4KiB", Doc: "a size"},
+	{Key: "ON", Kind: Bool, Default: "true", Doc: "a boolean"},
+	{Key: "ITEMS", Kind: List, Default: "a, b", Doc: "a list"},
+})
+
 func TestPrefixThenShared(t *testing.T) {
 	env := map[string]string{"AUTH_MONGO_URL": "own", "MONGO_URL": "shared", "NATS_URL": "n", "ADDR": "x", "AUTH_TTL": "bad"}
-	r := New("auth", func(k string) string { return env[k] })
-	if got := r.String("MONGO_URL", "d"); got != "own" {
+	r := New("auth", func(k string) string { return env[k] }, testTable)
+	if got := r.String("MONGO_URL"); got != "own" {
 		t.Fatalf("prefixed: %s", got)
 	}
-	if got := r.String("NATS_URL", "d"); got != "n" {
+	if got := r.String("NATS_URL"); got != "n" {
 		t.Fatalf("shared: %s", got)
 	}
-	if got := r.Own("ADDR", "def"); got != "def" {
-		t.Fatalf("Own must ignore the unprefixed key: %s", got)
+	if got := r.String("ADDR"); got != "def" {
+		t.Fatalf("a setting that is not shared must ignore the unprefixed key: %s", got)
 	}
-	if got := r.Duration("TTL", time.Minute); got != time.Minute || r.Err() == nil {
+	if got := r.Duration("TTL"); got != time.Minute || r.Err() == nil || !strings.Contains(r.Err().Error(), "AUTH_TTL") {
 		t.Fatalf("bad duration: %v %v", got, r.Err())
+	}
+}
+
+func TestDefaultsFromTable(t *testing.T) {
+	r := New("auth", func(string) string { return "" }, testTable)
+	if got := r.Int("COUNT"); got != 3 {
+		t.Errorf("COUNT = %d", got)
+	}
+	if got := r.Int64("BYTES"); got != 4096 {
+		t.Errorf("BYTES = %d", got)
+	}
+	if got := r.Bool("ON"); !got {
+		t.Errorf("ON = %v", got)
+	}
+	if got := r.List("ITEMS"); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Errorf("ITEMS = %q", got)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	unread := r.Unread()
+	if len(unread) == 0 || slices.Contains(unread, "COUNT") || !slices.Contains(unread, "MONGO_URL") {
+		t.Fatalf("Unread = %q", unread)
+	}
+}
+
+func TestUnknownKeyOrWrongKindPanics(t *testing.T) {
+	for name, read := range map[string]func(r *Reader){
+		"unknown":   func(r *Reader) { r.String("NOPE") },
+		"wrongKind": func(r *Reader) { r.Int("TTL") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("no panic")
+				}
+			}()
+			read(New("auth", func(string) string { return "" }, testTable))
+		})
+	}
+}
+
+func TestTableCheck(t *testing.T) {
+	if err := Join(testTable, Logging, S3, ServiceCredential).Check(); err != nil {
+		t.Fatal(err)
+	}
+	for name, bad := range map[string]Table{
+		"twice":       {{Key: "A", Doc: "a"}, {Key: "A", Doc: "b"}},
+		"noDoc":       {{Key: "A"}},
+		"badDefault":  {{Key: "A", Kind: Duration, Default: "5", Doc: "a"}},
+		"fileSuffix":  {{Key: "A_FILE", Doc: "a"}},
+		"lowerCase":   {{Key: "a", Doc: "a"}},
+		"badSize":     {{Key: "A", Kind: Size, Default: "1TB", Doc: "a"}},
+		"twoLineDocs": {{Key: "A", Doc: "a\nb"}},
+	} {
+		if err := bad.Check(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, c := range []struct {
+		s      Setting
+		prefix string
+		want   string
+	}{
+		{Setting{Key: "ADDR"}, "AUTH", "AUTH_ADDR"},
+		{Setting{Key: "MONGO_DB", Shared: true}, "AUTH", "AUTH_MONGO_DB MONGO_DB"},
+		{Setting{Key: "MFA_KEY", File: true}, "AUTH", "AUTH_MFA_KEY AUTH_MFA_KEY_FILE"},
+		{Setting{Key: "NATS_PASSWORD", Shared: true, File: true}, "AUTH", "AUTH_NATS_PASSWORD AUTH_NATS_PASSWORD_FILE NATS_PASSWORD NATS_PASSWORD_FILE"},
+		{Setting{Key: "S3_BUCKET"}, "", "S3_BUCKET"},
+	} {
+		if got := strings.Join(c.s.Names(c.prefix), " "); got != c.want {
+			t.Errorf("%s: %s, want %s", c.s.Key, got, c.want)
+		}
+	}
+}
+
+func TestReference(t *testing.T) {
+	got := Reference("auth", Table{
+		{Key: "ADDR", Default: "127.0.0.1:8081", Doc: "listen address"},
+		{Key: "MONGO_PASSWORD", Shared: true, File: true, Doc: "password"},
+		{Key: "CPUS", Kind: Int, Default: "8", DefaultDoc: "the number of CPUs", Doc: "workers"},
+	})
+	want := "| Variable | Kind | Default | What it does |\n|---|---|---|---|\n" +
+		"| `AUTH_ADDR` | text | `127.0.0.1:8081` | listen address |\n" +
+		"| `AUTH_MONGO_PASSWORD` (also `AUTH_MONGO_PASSWORD_FILE`, `MONGO_PASSWORD`, `MONGO_PASSWORD_FILE`) | text | empty | password |\n" +
+		"| `AUTH_CPUS` | integer | the number of CPUs | workers |\n"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestSyncReference(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "doc.md")
+	doc := "# Doc\n\n" + fmt.Sprintf(beginMark, "auth") + "old\n" + fmt.Sprintf(endMark, "auth") + "\ntail\n"
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncReference(p, "auth", "new\n", false); err == nil {
+		t.Fatal("a stale section passed the check")
+	}
+	if err := SyncReference(p, "files", "new\n", false); err == nil {
+		t.Fatal("a missing section passed the check")
+	}
+	if err := SyncReference(p, "auth", "new\n", true); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	if want := strings.Replace(doc, "old\n", "new\n", 1); string(b) != want {
+		t.Fatalf("rewritten:\n%s", b)
+	}
+	if err := SyncReference(p, "auth", "new\n", false); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -66,8 +194,8 @@ func TestSecretFromFile(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := New("auth", func(k string) string { return c.env[k] })
-			if got := r.Secret("PASSWORD", "def"); got != c.want {
+			r := New("auth", func(k string) string { return c.env[k] }, testTable)
+			if got := r.String("PASSWORD"); got != c.want {
 				t.Fatalf("got %q, want %q", got, c.want)
 			}
 			if err := r.Err(); err != nil {
@@ -79,17 +207,17 @@ func TestSecretFromFile(t *testing.T) {
 
 func TestFileErrors(t *testing.T) {
 	env := map[string]string{"PASSWORD_FILE": filepath.Join(t.TempDir(), "missing")}
-	r := New("auth", func(k string) string { return env[k] })
-	if got := r.Secret("PASSWORD", "def"); got != "" {
+	r := New("auth", func(k string) string { return env[k] }, testTable)
+	if got := r.String("PASSWORD"); got != "" {
 		t.Fatalf("a missing file must not fall back to the default: %q", got)
 	}
 	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "PASSWORD_FILE") {
 		t.Fatalf("want an error naming PASSWORD_FILE, got %v", err)
 	}
-	// Own settings (listen addresses) have no _FILE variant.
+	// Settings without File (listen addresses) have no _FILE variant.
 	env = map[string]string{"AUTH_ADDR_FILE": writeFile(t, ":9999")}
-	r = New("auth", func(k string) string { return env[k] })
-	if got := r.Own("ADDR", ":8081"); got != ":8081" {
+	r = New("auth", func(k string) string { return env[k] }, testTable)
+	if got := r.String("ADDR"); got != "def" {
 		t.Fatalf("Own read a file: %q", got)
 	}
 }
@@ -100,14 +228,14 @@ func TestLogMasksFilesAndURLPasswords(t *testing.T) {
 		"NATS_URL":                 "nats://auth:url-pass-456@nats:4222",
 		"MONGO_DB":                 "acme",
 	}
-	r := New("auth", func(k string) string { return env[k] })
-	if got := r.String("IDENTITY_PUBLIC_KEY", ""); got != "file-content-123" {
+	r := New("auth", func(k string) string { return env[k] }, testTable)
+	if got := r.String("IDENTITY_PUBLIC_KEY"); got != "file-content-123" {
 		t.Fatalf("String from file: %q", got)
 	}
-	if got := r.String("NATS_URL", ""); got != env["NATS_URL"] {
+	if got := r.String("NATS_URL"); got != env["NATS_URL"] {
 		t.Fatalf("NATS_URL: %q", got)
 	}
-	r.String("MONGO_DB", "")
+	r.String("MONGO_DB")
 	var buf bytes.Buffer
 	r.Log(slog.New(slog.NewJSONHandler(&buf, nil)))
 	out := buf.String()
@@ -145,8 +273,8 @@ func TestURLWithLogin(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := New("auth", func(k string) string { return c.env[k] })
-			got := r.URLWithLogin("NATS_URL", "nats://127.0.0.1:4222", "NATS_USER", "NATS_PASSWORD")
+			r := New("auth", func(k string) string { return c.env[k] }, testTable)
+			got := r.URLWithLogin("NATS_URL", "NATS_USER", "NATS_PASSWORD")
 			if got != c.want {
 				t.Fatalf("got %q, want %q", got, c.want)
 			}
@@ -182,8 +310,8 @@ func TestMongoURL(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := New("files", func(k string) string { return c.env[k] })
-			if got := r.MongoURL("mongodb://127.0.0.1:27017"); got != c.want {
+			r := New("files", func(k string) string { return c.env[k] }, testTable)
+			if got := r.MongoURL(); got != c.want {
 				t.Fatalf("got %q, want %q", got, c.want)
 			}
 			if err := r.Err(); err != nil {

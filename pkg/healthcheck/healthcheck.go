@@ -4,10 +4,11 @@
 // with the port taken from the service's own listen address, and exits 0
 // when the answer is 2xx, 1 otherwise.
 //
-// Wire it first thing in main:
+// pkg/service.Main wires it first thing in every binary, with the listen
+// address read from the service's settings table:
 //
 //	if healthcheck.Requested(os.Args[1:]) {
-//		os.Exit(healthcheck.Probe(os.Getenv("AUTH_ADDR"), "127.0.0.1:8081", os.Stderr))
+//		os.Exit(healthcheck.Probe(addr, addr, os.Stderr))
 //	}
 package healthcheck
 

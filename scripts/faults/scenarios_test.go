@@ -355,8 +355,8 @@ func (s *slowReader) Read(p []byte) (int, error) {
 // error, never a 500 or a hang) within the shutdown deadline, the process
 // exits within it, and no upload is half-written.
 func TestSIGTERMDuringInFlight(t *testing.T) {
-	const deadline = 10 * time.Second // AUTH_SHUTDOWN_TIMEOUT and the files default
-	e := launch(t, map[string]string{"AUTH_SHUTDOWN_TIMEOUT": "10s", "FILES_SHUTDOWN_TIMEOUT": "10s"})
+	const deadline = 10 * time.Second // AUTH_SHUTDOWN_TIMEOUT and FILES_SHUTDOWN_GRACE
+	e := launch(t, map[string]string{"AUTH_SHUTDOWN_TIMEOUT": "10s", "FILES_SHUTDOWN_GRACE": "10s"})
 	ctx := context.Background()
 	users := make([]*client, 4)
 	for i := range users {

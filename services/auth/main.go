@@ -7,4 +7,4 @@ import (
 	"github.com/acme/platform/services/auth/internal/app"
 )
 
-func main() { service.Main("auth", "AUTH_ADDR", "127.0.0.1:8081", app.Run) }
+func main() { service.Main("auth", app.Prefix, app.Settings, app.Run) }

@@ -7,4 +7,4 @@ import (
 	"github.com/acme/platform/services/files/internal/app"
 )
 
-func main() { service.Main("files", "FILES_ADDR", "127.0.0.1:8082", app.Run) }
+func main() { service.Main("files", app.Prefix, app.Settings, app.Run) }

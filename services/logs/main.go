@@ -7,4 +7,4 @@ import (
 	"github.com/acme/platform/services/logs/internal/app"
 )
 
-func main() { service.Main("logs", "LOGS_ADDR", "127.0.0.1:8083", app.Run) }
+func main() { service.Main("logs", app.Prefix, app.Table, app.Run) }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/acme/platform/gateway/internal/apierror"
 	"github.com/acme/platform/gateway/internal/proxy"
 )
 
@@ -19,9 +20,7 @@ import (
 func guard(next http.Handler, maxHeader int, bodyIdle time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerSize(r) > maxHeader {
-			w.Header().Set("Connection", "close")
-			writeJSON(w, http.StatusRequestHeaderFieldsTooLarge, map[string]any{
-				"error": "request headers too large", "code": "headers_too_large", "limit": maxHeader})
+			apierror.WriteFields(w, apierror.HeadersTooLarge, map[string]any{"limit": maxHeader})
 			return
 		}
 		r = proxy.WatchBody(w, r, bodyIdle)

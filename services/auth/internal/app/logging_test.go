@@ -84,3 +84,15 @@ func TestNoSecretsInLogs(t *testing.T) {
 		t.Errorf("%d access lines, %d with the request id sent; want >= 12 and 4", requests, withOurID)
 	}
 }
+
+// LOG_LEVEL (read through pkg/service) decides what is written: at warn,
+// neither the start-up lines nor the access lines appear.
+func TestLogLevel(t *testing.T) {
+	h := newHarness(t, map[string]string{"LOG_LEVEL": "warn"})
+	want(t, h.do(req{method: "POST", path: "/signin", token: h.anonToken(), body: map[string]string{"email": adminEmail, "password": "wrong-password-x"}}), 401, "invalid_credentials")
+	for _, m := range h.stdout.Lines(t) {
+		if lvl, _ := m["level"].(string); lvl != "WARN" && lvl != "ERROR" {
+			t.Errorf("line below warn written at LOG_LEVEL=warn: %v", m)
+		}
+	}
+}

@@ -34,8 +34,8 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	r := config.New("LOGS", os.Getenv)
-	url, db := r.MongoURL("mongodb://127.0.0.1:27017"), r.String("MONGO_DB", "acme")
+	r := config.New("LOGS", os.Getenv, config.Mongo)
+	url, db := r.MongoURL(), r.String("MONGO_DB")
 	if err := r.Err(); err != nil {
 		return err
 	}

@@ -3,7 +3,8 @@
 //
 //	go run ./cmd/examplepublisher -app SERVER-APP-A -type error -n 3 "disk almost full"
 //
-// NATS_URL and NATS_SUBJECT_PREFIX are read like the services read them.
+// NATS_URL, NATS_USER, NATS_PASSWORD(_FILE) and NATS_SUBJECT_PREFIX are
+// read like the services read them (pkg/config's NATS settings).
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/nats-io/nats.go"
 )
@@ -35,8 +37,11 @@ func run() error {
 	if body == "" {
 		body = "hello from examplepublisher"
 	}
-	url := envOr("NATS_URL", "nats://127.0.0.1:4222")
-	prefix := envOr("NATS_SUBJECT_PREFIX", "acme")
+	r := config.New("", os.Getenv, config.NATS)
+	url, prefix := r.URLWithLogin("NATS_URL", "NATS_USER", "NATS_PASSWORD"), r.String("NATS_SUBJECT_PREFIX")
+	if err := r.Err(); err != nil {
+		return err
+	}
 
 	nc, err := nats.Connect(url, nats.Name("examplepublisher"), nats.MaxReconnects(-1))
 	if err != nil {
@@ -61,11 +66,4 @@ func run() error {
 	st := c.Stats()
 	fmt.Printf("published %d, dropped %d, failed %d on %s\n", st.Published, st.Dropped, st.Failed, logclient.Subject(prefix, *app, *typ))
 	return err
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
