@@ -105,26 +105,9 @@ type AdminPatch struct {
 // UpdateUser edits any user. A new password ends all of that user's
 // sessions. Cached identities of the user are revoked in every case.
 func (s *Service) UpdateUser(ctx context.Context, actorID, id string, p AdminPatch) (User, error) {
-	if p.Email == nil && p.FullName == nil && p.Sector == nil && p.EDV == nil && p.AvatarURL == nil && p.Role == nil && p.NewPassword == nil {
-		return User{}, ErrEmptyPatch
-	}
-	var up UserPatch
-	if err := s.validatePatch(&up, p.Email, p.FullName, p.Sector, p.AvatarURL, p.EDV); err != nil {
+	up, err := s.checkAdminPatch(actorID, id, p)
+	if err != nil {
 		return User{}, err
-	}
-	if p.Role != nil {
-		if err := validateRole("roleName", *p.Role); err != nil {
-			return User{}, err
-		}
-		if id == actorID && *p.Role != RoleAdmin {
-			return User{}, ErrSelfDemote
-		}
-		up.Role = p.Role
-	}
-	if p.NewPassword != nil {
-		if err := validatePassword("password.new", *p.NewPassword); err != nil {
-			return User{}, err
-		}
 	}
 	before, err := s.users.ByID(ctx, id)
 	if err != nil {
@@ -169,6 +152,34 @@ func (s *Service) UpdateUser(ctx context.Context, actorID, id string, p AdminPat
 		s.notifyEmailChange(ctx, before, u.Email)
 	}
 	return u, nil
+}
+
+// checkAdminPatch validates an administrator's edit of user id (before
+// any store is read) and returns the changes to the shared fields and the
+// role.
+func (s *Service) checkAdminPatch(actorID, id string, p AdminPatch) (UserPatch, error) {
+	var up UserPatch
+	if p.Email == nil && p.FullName == nil && p.Sector == nil && p.EDV == nil && p.AvatarURL == nil && p.Role == nil && p.NewPassword == nil {
+		return up, ErrEmptyPatch
+	}
+	if err := s.validatePatch(&up, p.Email, p.FullName, p.Sector, p.AvatarURL, p.EDV); err != nil {
+		return up, err
+	}
+	if p.Role != nil {
+		if err := validateRole("roleName", *p.Role); err != nil {
+			return up, err
+		}
+		if id == actorID && *p.Role != RoleAdmin {
+			return up, ErrSelfDemote
+		}
+		up.Role = p.Role
+	}
+	if p.NewPassword != nil {
+		if err := validatePassword("password.new", *p.NewPassword); err != nil {
+			return up, err
+		}
+	}
+	return up, nil
 }
 
 // DeleteUser removes a user and ends their sessions.

@@ -114,7 +114,7 @@ func (a *API) serviceAPIKey(c *fiber.Ctx) error {
 		return err
 	}
 	if body.APIKey == nil {
-		return errInvalidAPIKey
+		return apiError(c, account.ErrInvalidAPIKey)
 	}
 	u, k, err := a.svc.ResolveAPIKey(c.UserContext(), *body.APIKey, account.Client{IP: strings.Clone(body.ClientIP), UserAgent: strings.Clone(c.Get(fiber.HeaderUserAgent))})
 	if err != nil {

@@ -85,7 +85,7 @@ func (a *API) serviceMe(c *fiber.Ctx) error {
 		return err
 	}
 	if body.SessionID == nil {
-		return errInvalidSession
+		return apiError(c, account.ErrInvalidSession)
 	}
 	u, sess, err := a.svc.Resolve(c.UserContext(), *body.SessionID)
 	if err != nil {

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/base64"
 	"errors"
-	"net/http"
 	"strings"
 
 	"github.com/acme/platform/pkg/web"
@@ -39,7 +38,7 @@ func (a *API) signInMFA(c *fiber.Ctx) error {
 	case errors.Is(err, account.ErrInvalidCode):
 		a.opts.Meter.SignIn(SignInFailed)
 		ev.Type = account.EventMFAFailed
-		err = web.Errorf(http.StatusUnauthorized, "invalid_code", "the code is wrong or was already used")
+		err = errSignInCode
 	case errors.As(err, &te):
 		a.opts.Meter.SignIn(SignInThrottled)
 		ev.Type = account.EventSignInThrottled

@@ -169,12 +169,3 @@ func noBody(c *fiber.Ctx) error {
 	var none struct{}
 	return web.DecodeJSON(c, &none)
 }
-
-// passkeyError renders a refused WebAuthn response.
-func passkeyError(pe *account.PasskeyError) error {
-	status, what := http.StatusBadRequest, "the passkey was not accepted: "
-	if pe.SignIn {
-		status, what = http.StatusUnauthorized, "the passkey sign-in failed: "
-	}
-	return web.Errorf(status, pe.Code, what+pe.Detail)
-}

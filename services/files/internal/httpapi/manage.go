@@ -25,7 +25,7 @@ func (h *handler) deleteFile(c *fiber.Ctx) error {
 	ctx, cancel := dbContext(c)
 	defer cancel()
 	if err := h.svc.Delete(ctx, id, reader(c)); err != nil {
-		return readErr(err, id)
+		return fail(err, errScope{fileID: id})
 	}
 	return c.SendStatus(http.StatusNoContent)
 }
@@ -80,13 +80,8 @@ func (h *handler) createLink(c *fiber.Ctx) error {
 	ctx, cancel := dbContext(c)
 	defer cancel()
 	l, token, err := h.svc.CreateLink(ctx, id, reader(c), req)
-	var bad *files.BadLinkError
-	if errors.As(err, &bad) {
-		code := map[string]string{"expiresAt": "invalid_expires_at", "maxDownloads": "invalid_max_downloads"}[bad.Field]
-		return apiErr(http.StatusBadRequest, code, bad.Field+" "+bad.Msg, "field", bad.Field)
-	}
 	if err != nil {
-		return readErr(err, id)
+		return fail(err, errScope{fileID: id})
 	}
 	j := toLinkJSON(l)
 	j.URL = h.base + "/s/" + token
@@ -100,7 +95,7 @@ func (h *handler) links(c *fiber.Ctx) error {
 	defer cancel()
 	ls, err := h.svc.Links(ctx, id, reader(c))
 	if err != nil {
-		return readErr(err, id)
+		return fail(err, errScope{fileID: id})
 	}
 	out := make([]linkJSON, len(ls))
 	for i, l := range ls {
@@ -114,12 +109,8 @@ func (h *handler) revokeLink(c *fiber.Ctx) error {
 	id, linkID := strings.Clone(c.Params("id")), strings.Clone(c.Params("linkId"))
 	ctx, cancel := dbContext(c)
 	defer cancel()
-	err := h.svc.RevokeLink(ctx, id, linkID, reader(c))
-	if errors.Is(err, files.ErrLinkNotFound) {
-		return apiErr(http.StatusNotFound, "link_not_found", "no share link with this id", "sentId", linkID)
-	}
-	if err != nil {
-		return readErr(err, id)
+	if err := h.svc.RevokeLink(ctx, id, linkID, reader(c)); err != nil {
+		return fail(err, errScope{fileID: id, linkID: linkID})
 	}
 	return c.SendStatus(http.StatusNoContent)
 }
@@ -135,15 +126,8 @@ func (h *handler) shared(c *fiber.Ctx) error {
 	if err == nil && c.Method() == fiber.MethodGet {
 		err = h.svc.CountDownload(ctx, l)
 	}
-	switch {
-	case errors.Is(err, files.ErrLinkNotFound):
-		return apiErr(http.StatusNotFound, "link_not_found", "no share link with this token")
-	case errors.Is(err, files.ErrLinkExpired):
-		return apiErr(http.StatusGone, "link_expired", "the share link has expired")
-	case errors.Is(err, files.ErrLinkExhausted):
-		return apiErr(http.StatusGone, "link_exhausted", "the share link reached its download limit")
-	case err != nil:
-		return unavailable(err)
+	if err != nil {
+		return fail(err, errScope{}) // a link reached by its token
 	}
 	c.Set(fiber.HeaderContentDisposition, contentDisposition(f.Name))
 	c.Set(fiber.HeaderCacheControl, "private, no-store")
@@ -176,7 +160,7 @@ func (h *handler) myUsage(c *fiber.Ctx) error {
 	defer cancel()
 	u, err := h.svc.Usage(ctx, owner)
 	if err != nil {
-		return unavailable(err)
+		return fail(err, errScope{})
 	}
 	j := toUsageJSON("", u)
 	return c.JSON(j)
@@ -209,7 +193,7 @@ func (h *handler) userUsage(c *fiber.Ctx) error {
 	defer cancel()
 	u, err := h.svc.Usage(ctx, id)
 	if err != nil {
-		return unavailable(err)
+		return fail(err, errScope{})
 	}
 	return c.JSON(toUsageJSON(id, u))
 }
@@ -245,11 +229,11 @@ func (h *handler) setQuota(c *fiber.Ctx) error {
 	ctx, cancel := dbContext(c)
 	defer cancel()
 	if err := h.svc.SetQuota(ctx, id, quota); err != nil {
-		return unavailable(err)
+		return fail(err, errScope{})
 	}
 	u, err := h.svc.Usage(ctx, id)
 	if err != nil {
-		return unavailable(err)
+		return fail(err, errScope{})
 	}
 	return c.JSON(toUsageJSON(id, u))
 }

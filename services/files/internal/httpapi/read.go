@@ -53,23 +53,6 @@ func reader(c *fiber.Ctx) files.Reader {
 	return files.Reader{UserID: cl.UserID(), Admin: cl.IsAdmin()}
 }
 
-// notFound is the spec's 404 body, for malformed, unknown and other
-// people's ids alike.
-func notFound(id string) error {
-	return apiErr(http.StatusNotFound, "file_not_found", "no file with this id", "sentId", id)
-}
-
-// readErr maps lookup errors on an :id route.
-func readErr(err error, id string) error {
-	switch {
-	case errors.Is(err, files.ErrNotFound):
-		return notFound(id)
-	case errors.Is(err, files.ErrIsImage):
-		return apiErr(http.StatusBadRequest, "image_not_downloadable", "the id refers to an image, which is served at its own URL", "sentId", id)
-	}
-	return unavailable(err)
-}
-
 // retrieve: GET /retrieve/file/:id → 200 {file, downloadUrl}. For an image
 // downloadUrl is its public URL (the download route refuses images).
 func (h *handler) retrieve(c *fiber.Ctx) error {
@@ -78,7 +61,7 @@ func (h *handler) retrieve(c *fiber.Ctx) error {
 	defer cancel()
 	f, err := h.svc.Get(ctx, id, reader(c))
 	if err != nil {
-		return readErr(err, id)
+		return fail(err, errScope{fileID: id})
 	}
 	url := h.downloadURL(f.ID)
 	if f.Kind == files.KindImage {
@@ -94,7 +77,7 @@ func (h *handler) download(c *fiber.Ctx) error {
 	f, err := h.svc.Download(ctx, id, reader(c))
 	cancel()
 	if err != nil {
-		return readErr(err, id)
+		return fail(err, errScope{fileID: id})
 	}
 	c.Set(fiber.HeaderContentDisposition, contentDisposition(f.Name))
 	c.Set(fiber.HeaderCacheControl, "private, no-cache")
@@ -108,7 +91,7 @@ func (h *handler) image(c *fiber.Ctx) error {
 	f, err := h.svc.Image(ctx, id)
 	cancel()
 	if err != nil {
-		return readErr(err, id)
+		return fail(err, errScope{fileID: id})
 	}
 	c.Set(fiber.HeaderCacheControl, "public, max-age=31536000, immutable")
 	c.Set(fiber.HeaderContentSecurityPolicy, "default-src 'none'")
@@ -180,9 +163,8 @@ func (h *handler) serve(c *fiber.Ctx, f *files.File, id string) error {
 	if err != nil {
 		if errors.Is(err, files.ErrNotFound) {
 			h.o.Log.ErrorContext(c.UserContext(), "record without object", "id", f.ID, "key", f.Key)
-			return notFound(id)
 		}
-		return unavailable(err)
+		return fail(err, errScope{fileID: id})
 	}
 	var body io.ReadCloser = obj.Body
 	if gz && !sendGzip {
@@ -246,7 +228,7 @@ func (h *handler) list(c *fiber.Ctx) error {
 	defer cancel()
 	list, more, err := h.svc.List(ctx, strings.Clone(web.Identity(c).UserID()), page, limit)
 	if err != nil {
-		return unavailable(err)
+		return fail(err, errScope{})
 	}
 	out := make([]fileJSON, len(list))
 	for i, f := range list {

@@ -8,7 +8,6 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -19,10 +18,6 @@ import (
 
 // maxParts bounds the parts of one upload form.
 const maxParts = 8
-
-// busyRetryAfter is the Retry-After, in seconds, of a 503 busy: image work
-// is short, a few seconds frees budget again.
-const busyRetryAfter = 5
 
 func (h *handler) uploadFile(c *fiber.Ctx) error {
 	f, err := h.upload(c, h.o.MaxUpload, h.svc.StoreFile)
@@ -71,97 +66,150 @@ type storeFunc func(ctx context.Context, owner string, src io.Reader) (*files.Pe
 // whole form was read and found valid; until then any failure removes the
 // stored object.
 func (h *handler) upload(c *fiber.Ctx, maxFile int64, store storeFunc) (*files.File, error) {
-	owner := strings.Clone(web.Identity(c).UserID())
-	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
-		return nil, apiErr(http.StatusUnsupportedMediaType, "unsupported_encoding", "request bodies must not be content-encoded")
+	boundary, err := formBoundary(c)
+	if err != nil {
+		return nil, err
 	}
-	ct := strings.Clone(c.Get(fiber.HeaderContentType))
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
-		return nil, apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "content type must be multipart/form-data with a boundary")
+	form := &uploadForm{h: h, c: c, store: store, scope: h.uploadScope(maxFile),
+		owner:   strings.Clone(web.Identity(c).UserID()),
+		maxBody: maxFile + int64(h.o.MaxMeta) + multipartOverhead,
 	}
-	maxBody := maxFile + int64(h.o.MaxMeta) + multipartOverhead
-	if n := c.Request().Header.ContentLength(); n > 0 && int64(n) > maxBody {
-		return nil, tooLarge(maxFile)
+	if n := c.Request().Header.ContentLength(); n > 0 && int64(n) > form.maxBody {
+		return nil, fail(files.ErrTooLarge, form.scope)
 	}
 	stream := c.Context().RequestBodyStream()
 	if stream == nil {
-		return nil, apiErr(http.StatusBadRequest, "missing_file", "the form has no file field", "field", "file")
+		return nil, errMissingFile
 	}
 	declared := int64(c.Request().Header.ContentLength()) // -1: chunked
 	received := &countingReader{r: stream}
 	body := &countingLimit{r: &meteredReader{
 		r:   &progressReader{r: received, conn: c.Context().Conn(), idle: h.o.ReadIdle},
 		add: h.o.Meter.Uploaded,
-	}, n: maxBody}
-	mr := multipart.NewReader(body, params["boundary"])
-	ctx := c.UserContext()
+	}, n: form.maxBody}
 
-	var (
-		pending *files.Pending
-		name    string
-		meta    *string
-	)
-	defer func() { pending.Discard() }() // no-op once committed
-	for parts := 0; ; parts++ {
-		p, err := mr.NextPart()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, formErr(err, maxFile)
-		}
-		if parts == maxParts {
-			return nil, apiErr(http.StatusBadRequest, "too_many_parts", "the form has too many parts")
-		}
-		switch p.FormName() {
-		case "file":
-			if pending != nil {
-				return nil, apiErr(http.StatusBadRequest, "duplicate_file", "the form has more than one file field", "field", "file")
-			}
-			name = partFileName(p)
-			pending, err = store(ctx, owner, p)
-			if err != nil {
-				if errors.Is(err, files.ErrQuotaExceeded) || errors.Is(err, files.ErrTooLarge) {
-					c.Locals(drainAllKey, maxBody)
-				}
-				return nil, h.storeErr(c, err, maxFile)
-			}
-		case "meta":
-			if meta != nil {
-				return nil, apiErr(http.StatusBadRequest, "duplicate_meta", "the form has more than one meta field", "field", "meta")
-			}
-			b, err := io.ReadAll(io.LimitReader(p, int64(h.o.MaxMeta)+1))
-			if err != nil {
-				return nil, formErr(err, maxFile)
-			}
-			if len(b) > h.o.MaxMeta {
-				return nil, apiErr(http.StatusBadRequest, "meta_too_long", "meta is longer than the limit", "field", "meta", "limit", h.o.MaxMeta)
-			}
-			if !utf8.Valid(b) {
-				return nil, apiErr(http.StatusBadRequest, "invalid_meta", "meta must be UTF-8 text", "field", "meta")
-			}
-			s := string(b)
-			meta = &s
-		default:
-			if _, err := io.Copy(io.Discard, p); err != nil {
-				return nil, formErr(err, maxFile)
-			}
-		}
+	defer func() { form.pending.Discard() }() // no-op once committed
+	if err := form.read(multipart.NewReader(body, boundary)); err != nil {
+		return nil, err
 	}
-	if pending == nil {
-		return nil, apiErr(http.StatusBadRequest, "missing_file", "the form has no file field", "field", "file")
+	if form.pending == nil {
+		return nil, errMissingFile
 	}
 	if err := wholeBody(body, received, declared, c.Context().Conn()); err != nil {
-		return nil, formErr(err, maxFile)
+		return nil, formErr(err, form.scope)
 	}
 	dctx, cancel := dbContext(c)
 	defer cancel()
-	f, err := pending.Commit(dctx, owner, name, meta)
+	f, err := form.pending.Commit(dctx, form.owner, form.name, form.meta)
 	if err != nil {
-		return nil, h.storeErr(c, err, maxFile)
+		return nil, fail(err, form.scope)
 	}
 	return f, nil
+}
+
+// Request-shape errors of an upload.
+var (
+	errMissingFile   = apiErr(http.StatusBadRequest, "missing_file", "the form has no file field", "field", "file")
+	errTooManyParts  = apiErr(http.StatusBadRequest, "too_many_parts", "the form has too many parts")
+	errDuplicateFile = apiErr(http.StatusBadRequest, "duplicate_file", "the form has more than one file field", "field", "file")
+	errDuplicateMeta = apiErr(http.StatusBadRequest, "duplicate_meta", "the form has more than one meta field", "field", "meta")
+	errInvalidMeta   = apiErr(http.StatusBadRequest, "invalid_meta", "meta must be UTF-8 text", "field", "meta")
+)
+
+// formBoundary checks an upload's content type and encoding and returns
+// the form's boundary.
+func formBoundary(c *fiber.Ctx) (string, error) {
+	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
+		return "", apiErr(http.StatusUnsupportedMediaType, "unsupported_encoding", "request bodies must not be content-encoded")
+	}
+	ct := strings.Clone(c.Get(fiber.HeaderContentType))
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		return "", apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type", "content type must be multipart/form-data with a boundary")
+	}
+	return params["boundary"], nil
+}
+
+// uploadForm is one upload's form as it is read: what it was given and
+// what its parts brought.
+type uploadForm struct {
+	h       *handler
+	c       *fiber.Ctx
+	store   storeFunc
+	scope   errScope
+	owner   string
+	maxBody int64 // the most of the body read before it is refused
+
+	pending *files.Pending // the file part, stored
+	name    string
+	meta    *string
+}
+
+// read reads the form's parts to its closing delimiter.
+func (u *uploadForm) read(mr *multipart.Reader) error {
+	for parts := 0; ; parts++ {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return formErr(err, u.scope)
+		}
+		if parts == maxParts {
+			return errTooManyParts
+		}
+		switch p.FormName() {
+		case "file":
+			err = u.filePart(p)
+		case "meta":
+			err = u.metaPart(p)
+		default:
+			if _, err = io.Copy(io.Discard, p); err != nil {
+				err = formErr(err, u.scope)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// filePart stores the file part as it arrives.
+func (u *uploadForm) filePart(p *multipart.Part) error {
+	if u.pending != nil {
+		return errDuplicateFile
+	}
+	u.name = partFileName(p)
+	var err error
+	u.pending, err = u.store(u.c.UserContext(), u.owner, p)
+	if err != nil {
+		if errors.Is(err, files.ErrQuotaExceeded) || errors.Is(err, files.ErrTooLarge) {
+			u.c.Locals(drainAllKey, u.maxBody)
+		}
+		return fail(err, u.scope)
+	}
+	return nil
+}
+
+// metaPart reads the meta part, UTF-8 text up to its limit.
+func (u *uploadForm) metaPart(p *multipart.Part) error {
+	if u.meta != nil {
+		return errDuplicateMeta
+	}
+	limit := u.h.o.MaxMeta
+	b, err := io.ReadAll(io.LimitReader(p, int64(limit)+1))
+	if err != nil {
+		return formErr(err, u.scope)
+	}
+	if len(b) > limit {
+		return apiErr(http.StatusBadRequest, "meta_too_long", "meta is longer than the limit", "field", "meta", "limit", limit)
+	}
+	if !utf8.Valid(b) {
+		return errInvalidMeta
+	}
+	s := string(b)
+	u.meta = &s
+	return nil
 }
 
 // maxEpilogue bounds what may follow a form's closing delimiter.
@@ -219,65 +267,11 @@ func partFileName(p *multipart.Part) string {
 	return params["filename"]
 }
 
-// formErr maps an error met while reading the form.
-func formErr(err error, maxFile int64) error {
+// formErr answers an error met while reading the form: the body passed
+// its limit, or it is malformed or was cut off.
+func formErr(err error, s errScope) error {
 	if errors.Is(err, files.ErrTooLarge) {
-		return tooLarge(maxFile)
+		return fail(err, s)
 	}
-	return &web.Error{Status: http.StatusBadRequest, Code: "invalid_multipart", Cause: err,
-		Body: fiber.Map{"err": "the multipart body is malformed or incomplete"}}
-}
-
-func tooLarge(max int64) error {
-	return apiErr(http.StatusRequestEntityTooLarge, "file_too_large", "the upload exceeds the maximum size", "limit", max)
-}
-
-// storeErr maps domain errors of uploads to HTTP.
-func (h *handler) storeErr(c *fiber.Ctx, err error, maxFile int64) error {
-	var se *files.SourceError
-	switch {
-	case errors.Is(err, files.ErrTooLarge):
-		return tooLarge(maxFile)
-	case errors.Is(err, files.ErrQuotaExceeded):
-		return apiErr(http.StatusRequestEntityTooLarge, "quota_exceeded", "the upload would exceed your storage quota")
-	case errors.As(err, &se):
-		return formErr(se.Err, maxFile)
-	case errors.Is(err, files.ErrEmpty):
-		return apiErr(http.StatusBadRequest, "empty_file", "the file is empty", "field", "file")
-	case errors.Is(err, files.ErrNotImage):
-		return apiErr(http.StatusUnsupportedMediaType, "unsupported_image", "the file is not a JPEG, PNG, GIF or WebP image")
-	case errors.Is(err, files.ErrImageTooLarge):
-		return apiErr(http.StatusUnprocessableEntity, "image_too_many_pixels", "the image dimensions exceed the limit", "limit", h.svc.MaxPixels())
-	case errors.Is(err, files.ErrImageTooMuchMemory):
-		return apiErr(http.StatusUnprocessableEntity, "image_too_much_memory",
-			"decoding the image would need more memory than one image may use (dimensions times bytes per pixel)",
-			"limit", h.svc.ImageMaxMemory())
-	case errors.Is(err, files.ErrBadImage):
-		return apiErr(http.StatusUnprocessableEntity, "invalid_image", "the image data is corrupt")
-	case errors.Is(err, files.ErrBusy):
-		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(busyRetryAfter))
-		return &web.Error{Status: http.StatusServiceUnavailable, Code: "busy", Cause: err,
-			Body: fiber.Map{"err": "too many images are being processed, try again shortly"}}
-	}
-	return unavailable(err)
-}
-
-// unavailable turns storage outages into 503 and leaves others to the
-// error handler (500, logged).
-func unavailable(err error) error {
-	if errors.Is(err, files.ErrUnavailable) || web.IsUnavailable(err) {
-		return &web.Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Cause: err,
-			Body: fiber.Map{"err": "storage is unavailable, try again shortly"}}
-	}
-	return err
-}
-
-// apiErr is an error with the file endpoints' body: {err, code} plus the
-// given key/value pairs.
-func apiErr(status int, code, msg string, kv ...any) *web.Error {
-	body := fiber.Map{"err": msg}
-	for i := 0; i+1 < len(kv); i += 2 {
-		body[kv[i].(string)] = kv[i+1]
-	}
-	return &web.Error{Status: status, Code: code, Message: msg, Body: body}
+	return malformedForm(err)
 }

@@ -226,81 +226,113 @@ type jpegInfo struct {
 // jpegHeader walks the markers up to the first scan. Every length is
 // checked against the data (this parser faces the network).
 func jpegHeader(b []byte) (jpegInfo, error) {
-	var (
-		info           jpegInfo
-		sof            bool
-		jfif           bool
-		adobe          bool
-		adobeTransform byte
-	)
-	i := 2
-	for i+4 <= len(b) {
-		if b[i] != 0xFF { // extraneous bytes: skipped, as image/jpeg does
-			i++
+	var s jpegScan
+	for i := 2; i+4 <= len(b); {
+		m, skip := jpegMarker(b, i)
+		if skip > 0 {
+			i += skip
 			continue
 		}
-		m := b[i+1]
-		if m == 0xFF {
-			i++
-			continue
-		}
-		if m == 0xD8 || m >= 0xD0 && m <= 0xD7 || m == 0x01 {
-			i += 2
-			continue
-		}
-		if m == 0xD9 {
+		if m == 0xD9 { // end of image
 			break
 		}
 		n := int(binary.BigEndian.Uint16(b[i+2 : i+4]))
 		if n < 2 || i+2+n > len(b) {
-			return info, errors.New("jpeg: truncated segment")
+			return s.info, errors.New("jpeg: truncated segment")
 		}
-		seg := b[i+4 : i+2+n]
-		switch {
-		case m == 0xDA: // start of scan
-			i = len(b)
-			continue
-		case m == 0xE0 && bytes.HasPrefix(seg, []byte("JFIF\x00")):
-			jfif = true
-		case m == 0xEE && len(seg) >= 12 && bytes.HasPrefix(seg, []byte("Adobe")):
-			adobe, adobeTransform = true, seg[11]
-		case m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC:
-			if sof {
-				return info, errors.New("jpeg: more than one frame")
-			}
-			sof = true
-			info.progressive = m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE
-			if len(seg) < 6 {
-				return info, errors.New("jpeg: short frame header")
-			}
-			nc := int(seg[5])
-			if nc < 1 || nc > 4 || len(seg) < 6+3*nc {
-				return info, errors.New("jpeg: bad component count")
-			}
-			for k := 0; k < nc; k++ {
-				c := seg[6+3*k : 9+3*k]
-				hf, vf := c[1]>>4, c[1]&0x0F
-				if hf < 1 || hf > 4 || vf < 1 || vf > 4 {
-					return info, errors.New("jpeg: bad sampling factor")
-				}
-				info.comps = append(info.comps, jpegComp{id: c[0], h: hf, v: vf})
-			}
+		if m == 0xDA { // start of scan
+			break
+		}
+		if err := s.segment(m, b[i+4:i+2+n]); err != nil {
+			return s.info, err
 		}
 		i += 2 + n
 	}
-	if !sof {
-		return info, errors.New("jpeg: no frame header")
+	return s.finish()
+}
+
+// jpegMarker reads the marker at b[i] (i+1 < len(b)), or says how many
+// bytes to step over: extraneous bytes (skipped, as image/jpeg does), fill
+// bytes, and markers without a segment.
+func jpegMarker(b []byte, i int) (m byte, skip int) {
+	if b[i] != 0xFF {
+		return 0, 1
 	}
-	if len(info.comps) == 3 {
+	m = b[i+1]
+	switch {
+	case m == 0xFF:
+		return m, 1
+	case m == 0xD8 || m >= 0xD0 && m <= 0xD7 || m == 0x01:
+		return m, 2
+	}
+	return m, 0
+}
+
+// jpegScan is what the markers read so far said.
+type jpegScan struct {
+	info           jpegInfo
+	sof            bool // a frame header was read
+	jfif           bool
+	adobe          bool
+	adobeTransform byte
+}
+
+// segment reads one marker segment (seg: its data after the length).
+func (s *jpegScan) segment(m byte, seg []byte) error {
+	switch {
+	case m == 0xE0 && bytes.HasPrefix(seg, []byte("JFIF\x00")):
+		s.jfif = true
+	case m == 0xEE && len(seg) >= 12 && bytes.HasPrefix(seg, []byte("Adobe")):
+		s.adobe, s.adobeTransform = true, seg[11]
+	case m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC:
+		return s.frame(m, seg)
+	}
+	return nil
+}
+
+// frame reads a start-of-frame segment: the components and their sampling.
+func (s *jpegScan) frame(m byte, seg []byte) error {
+	if s.sof {
+		return errors.New("jpeg: more than one frame")
+	}
+	s.sof = true
+	s.info.progressive = m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE
+	if len(seg) < 6 {
+		return errors.New("jpeg: short frame header")
+	}
+	nc := int(seg[5])
+	if nc < 1 || nc > 4 || len(seg) < 6+3*nc {
+		return errors.New("jpeg: bad component count")
+	}
+	for k := 0; k < nc; k++ {
+		c := seg[6+3*k : 9+3*k]
+		hf, vf := c[1]>>4, c[1]&0x0F
+		if hf < 1 || hf > 4 || vf < 1 || vf > 4 {
+			return errors.New("jpeg: bad sampling factor")
+		}
+		s.info.comps = append(s.info.comps, jpegComp{id: c[0], h: hf, v: vf})
+	}
+	return nil
+}
+
+// finish tells what the walk found: whether three components are RGB
+// rather than YCbCr follows image/jpeg (JFIF, then Adobe's transform, then
+// the component ids).
+func (s *jpegScan) finish() (jpegInfo, error) {
+	if !s.sof {
+		return s.info, errors.New("jpeg: no frame header")
+	}
+	if len(s.info.comps) == 3 {
 		switch {
-		case jfif:
-		case adobe:
-			info.rgb = adobeTransform == 0
+		case s.jfif:
+		case s.adobe:
+			s.info.rgb = s.adobeTransform == 0
 		default:
-			info.rgb = info.comps[0].id == 'R' && info.comps[1].id == 'G' && info.comps[2].id == 'B'
+			c := s.info.comps
+			s.info.rgb = c[0].id == 'R' && c[1].id == 'G' && c[2].id == 'B'
 		}
 	}
-	return info, nil
+	return s.info, nil
 }
 
 // webpDecodeBytes follows golang.org/x/image/webp: lossy is YCbCr 4:2:0

@@ -26,6 +26,7 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/services/files/internal/files"
+	"github.com/acme/platform/services/files/internal/httpapi"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -212,13 +213,10 @@ func (s *Server) preCreate(ev handler.HookEvent) (handler.HTTPResponse, handler.
 		return handler.HTTPResponse{}, handler.FileInfoChanges{}, tusErr(http.StatusBadRequest, "missing_upload_length", "Upload-Length is required")
 	}
 	if ev.Upload.Size <= 0 {
-		return handler.HTTPResponse{}, handler.FileInfoChanges{}, tusErr(http.StatusBadRequest, "empty_file", "the file is empty")
+		return handler.HTTPResponse{}, handler.FileInfoChanges{}, storeErr(files.ErrEmpty)
 	}
 	if err := s.o.Service.CheckSpace(ev.Context, owner, ev.Upload.Size); err != nil {
-		if errors.Is(err, files.ErrQuotaExceeded) {
-			return handler.HTTPResponse{}, handler.FileInfoChanges{}, tusErr(http.StatusRequestEntityTooLarge, "quota_exceeded", "the upload would exceed your storage quota")
-		}
-		return handler.HTTPResponse{}, handler.FileInfoChanges{}, err
+		return handler.HTTPResponse{}, handler.FileInfoChanges{}, storeErr(err)
 	}
 	meta := handler.MetaData{}
 	if name, ok := ev.Upload.MetaData["filename"]; ok {
@@ -262,7 +260,7 @@ func (s *Server) finish(ev handler.HookEvent) (handler.HTTPResponse, error) {
 	pending, err := s.o.Service.StoreFileAs(ctx, owner, id, body)
 	if err != nil {
 		s.terminate(up)
-		return handler.HTTPResponse{}, s.storeErr(err)
+		return handler.HTTPResponse{}, storeErr(err)
 	}
 	defer pending.Discard()
 	var meta *string
@@ -274,7 +272,7 @@ func (s *Server) finish(ev handler.HookEvent) (handler.HTTPResponse, error) {
 	f, err := pending.Commit(dctx, owner, info.MetaData["filename"], meta)
 	if err != nil {
 		s.terminate(up)
-		return handler.HTTPResponse{}, s.storeErr(err)
+		return handler.HTTPResponse{}, storeErr(err)
 	}
 	s.terminate(up)
 	return handler.HTTPResponse{Header: handler.HTTPHeader{"Upload-File-Id": f.ID}}, nil
@@ -288,14 +286,12 @@ func (s *Server) terminate(up handler.Upload) {
 	}
 }
 
-func (s *Server) storeErr(err error) error {
-	switch {
-	case errors.Is(err, files.ErrQuotaExceeded):
-		return tusErr(http.StatusRequestEntityTooLarge, "quota_exceeded", "the upload would exceed your storage quota")
-	case errors.Is(err, files.ErrTooLarge):
-		return tusErr(http.StatusRequestEntityTooLarge, "file_too_large", "the upload exceeds the maximum size")
-	case errors.Is(err, files.ErrEmpty):
-		return tusErr(http.StatusBadRequest, "empty_file", "the file is empty")
+// storeErr answers the files package's errors a client caused as the
+// HTTP API does (httpapi.ClientError); any other error goes to tusd as it
+// is, which answers 500 (logged by jsonErrors).
+func storeErr(err error) error {
+	if status, code, msg, ok := httpapi.ClientError(err); ok {
+		return tusErr(status, code, msg)
 	}
 	return err
 }

@@ -144,7 +144,7 @@ func (a *API) postLog(c *fiber.Ctx) error {
 	}
 	app, err := a.Validator.Check(*req.App, *req.Type, *req.LogBody, metricsID)
 	if err != nil {
-		return a.checkError(err, *req.App, *req.Type, http.StatusBadRequest)
+		return fail(err, errScope{unknownApp: http.StatusBadRequest, sentType: *req.Type})
 	}
 	rec := logs.Record{
 		AppID: app.ID, App: app.Name, Type: *req.Type, LogBody: strings.Clone(*req.LogBody), MetricsID: strings.Clone(metricsID),
@@ -163,34 +163,6 @@ func (a *API) postLog(c *fiber.Ctx) error {
 		"app": out.App, "logBody": out.LogBody, "type": out.Type, "metricsId": out.MetricsID,
 		"id": out.ID, "createdAt": out.CreatedAt,
 	})
-}
-
-// checkError maps a validation failure; unknownStatus is 400 on writes and
-// 404 on reads (the spec's status for an unknown :app).
-func (a *API) checkError(err error, app, typ string, unknownStatus int) error {
-	var ua *logs.UnknownAppError
-	var ie *logs.InvalidError
-	switch {
-	case errors.As(err, &ua):
-		return &web.Error{Status: unknownStatus, Code: "unknown_app", Message: ua.Error(), Body: fiber.Map{
-			"error":       fmt.Sprintf("unknown application %q", app),
-			"sentAppName": app,
-			"knowApps":    appsJSON(ua.Known),
-		}}
-	case errors.As(err, &ie) && ie.Field == "type":
-		return invalidType(typ)
-	case errors.As(err, &ie):
-		return web.FieldError(ie.Field, ie.Code, ie.Msg)
-	}
-	return err
-}
-
-func invalidType(typ string) error {
-	return &web.Error{Status: http.StatusBadRequest, Code: "invalid_type", Field: "type", Body: fiber.Map{
-		"error":      "type must be one of " + strings.Join(logs.Types, ", "),
-		"sentType":   typ,
-		"knownTypes": logs.Types,
-	}}
 }
 
 // ResumeHeader is set on a filtered listing cut short by the read's bound:
@@ -212,7 +184,7 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		name := strings.Clone(c.Params("app"))
 		app, err := a.Apps.Lookup(name)
 		if err != nil {
-			return a.checkError(err, name, typ, http.StatusNotFound)
+			return fail(err, errScope{})
 		}
 		q.AppID = app.ID
 	}
@@ -233,13 +205,8 @@ func (a *API) listLogs(c *fiber.Ctx, byApp bool) error {
 		q.Deadline = time.Now().Add(a.Config.SearchBudget)
 	}
 	found, err := a.Store.List(c.UserContext(), q)
-	switch {
-	case errors.Is(err, logs.ErrNotFound):
-		return &web.Error{Status: http.StatusNotFound, Code: "cursor_not_found", Field: "before", Message: "no log record with the id given in before"}
-	case errors.Is(err, logs.ErrCursorMismatch):
-		return web.FieldError("before", "cursor_mismatch", "before must be the id of a record of the type (and app) being listed")
-	case err != nil:
-		return err
+	if err != nil {
+		return fail(err, errScope{})
 	}
 	out := make([]recordJSON, len(found.Records))
 	for i, r := range found.Records {

@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/subtle"
-	"errors"
 	"io"
 	"mime"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/acme/platform/pkg/identity"
 	"github.com/acme/platform/pkg/web"
-	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/otlpingest"
 	"github.com/gofiber/fiber/v2"
 	collogs "go.opentelemetry.io/proto/otlp/collector/logs/v1"
@@ -45,11 +43,11 @@ func (a *API) authorizeLogsWrite(c *fiber.Ctx) error {
 	}
 	if id := web.Identity(c); id != nil && id.UserID() != "" {
 		if id.Role != identity.RoleAdmin {
-			return web.Errorf(http.StatusForbidden, "forbidden", "administrator role required (the API key's owner is not an administrator)")
+			return errOTLPNotAdmin
 		}
 		return nil
 	}
-	return web.Errorf(http.StatusUnauthorized, "invalid_service_credential", "a valid X-Service-Credential header or an API key with the logs:write scope is required")
+	return errOTLPCaller
 }
 
 // otlpLogs: POST /v1/logs (OTLP/HTTP, protobuf or JSON, gzip or not) →
@@ -60,7 +58,7 @@ func (a *API) otlpLogs(c *fiber.Ctx) error {
 		return err
 	}
 	if a.OTLP == nil {
-		return web.Errorf(http.StatusServiceUnavailable, "otlp_unavailable", "OTLP ingest is not enabled")
+		return errOTLPOff
 	}
 	mt, _, err := mime.ParseMediaType(c.Get(fiber.HeaderContentType))
 	isJSON := mt == fiber.MIMEApplicationJSON
@@ -93,17 +91,10 @@ func (a *API) otlpLogs(c *fiber.Ctx) error {
 	}
 	recs, err := otlpingest.Records(req, body, a.Prefix, a.Validator, a.Now())
 	if err != nil {
-		if errors.Is(err, otlpingest.ErrBadRequest) {
-			return web.FieldError("body", "invalid_otlp", err.Error())
-		}
-		var ua *logs.UnknownAppError
-		if errors.As(err, &ua) {
-			return a.checkError(err, ua.Name, "", http.StatusNotFound)
-		}
-		return err
+		return fail(err, errScope{})
 	}
 	if err := a.OTLP.Publish(c.UserContext(), recs); err != nil {
-		return &web.Error{Status: http.StatusServiceUnavailable, Code: "stream_unavailable", Message: "the log stream did not take the records; retry", Cause: err}
+		return streamUnavailable(err)
 	}
 	if isJSON {
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)

@@ -43,7 +43,7 @@ func (a *API) parseFilters(c *fiber.Ctx, q *logs.Query) error {
 	if c.Request().URI().QueryArgs().Has("q") {
 		sq, err := logs.ParseSearch(c.Query("q"))
 		if err != nil {
-			return web.FieldError("q", "invalid_query", err.Error())
+			return fail(err, errScope{})
 		}
 		q.Search = sq
 	}
@@ -58,7 +58,7 @@ func (a *API) queryApp(c *fiber.Ctx) (string, error) {
 	}
 	app, err := a.Apps.Lookup(name)
 	if err != nil {
-		return "", a.checkError(err, strings.Clone(name), "", http.StatusNotFound)
+		return "", fail(err, errScope{})
 	}
 	return app.ID, nil
 }
@@ -239,11 +239,8 @@ func (a *API) stats(c *fiber.Ctx) error {
 		q.From = from
 	}
 	n, err := q.Buckets()
-	var ie *logs.InvalidError
-	if errors.As(err, &ie) {
-		return web.FieldError(ie.Field, ie.Code, ie.Msg)
-	} else if err != nil {
-		return err
+	if err != nil {
+		return fail(err, errScope{})
 	}
 	st, err := a.Store.Stats(c.UserContext(), q)
 	if err != nil {

@@ -44,7 +44,7 @@ type tailState struct{ open atomic.Int64 }
 // fails and the subscription ends.
 func (a *API) tail(c *fiber.Ctx) error {
 	if a.Tail == nil {
-		return web.Errorf(http.StatusServiceUnavailable, "unavailable", "the live tail is not available")
+		return errTailOff
 	}
 	typ := strings.Clone(c.Query("type"))
 	if typ != "" && !logs.ValidType(typ) {
@@ -54,7 +54,7 @@ func (a *API) tail(c *fiber.Ctx) error {
 	if app != "" {
 		found, err := a.Apps.Lookup(app)
 		if err != nil {
-			return a.checkError(err, app, typ, http.StatusBadRequest)
+			return fail(err, errScope{unknownApp: http.StatusBadRequest, sentType: typ})
 		}
 		app = found.Name
 	}
@@ -70,7 +70,7 @@ func (a *API) tail(c *fiber.Ctx) error {
 	if a.tails.open.Add(1) > maxOpen {
 		a.tails.open.Add(-1)
 		c.Set("Retry-After", "5")
-		return web.Errorf(http.StatusServiceUnavailable, "busy", "too many live tails are open, try again shortly")
+		return errTailsBusy
 	}
 	stop := a.Stop
 	if stop == nil {

@@ -1,0 +1,165 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/auth/internal/account"
+	"github.com/gofiber/fiber/v2"
+)
+
+// errorMap is the one place the account package's errors become what a
+// client sees: status, code and message. apiError goes down it in order
+// and the first row that matches answers, so the error types come first (a
+// PasskeyError may wrap a sentinel such as ErrUserNotFound, and its own
+// answer is the right one). A test checks that every exported error of the
+// account package has a row.
+var errorMap = []errorRow{
+	as[account.ValidationError](func(_ *fiber.Ctx, e *account.ValidationError) *web.Error {
+		return web.FieldError(e.Field, e.Code, e.Message)
+	}),
+	as[account.ThrottledError](throttled),
+	as[account.PasskeyError](passkeyRefused),
+
+	is(account.ErrInvalidCredentials, http.StatusUnauthorized, "invalid_credentials", "invalid e-mail or password"),
+	is(account.ErrInvalidSession, http.StatusUnauthorized, "invalid_session", "the session is unknown or has expired"),
+	is(account.ErrUserGone, http.StatusUnauthorized, "unauthenticated", "the signed-in user no longer exists"),
+	is(account.ErrUserNotFound, http.StatusNotFound, "user_not_found", "no user with this id"),
+	is(account.ErrSessionNotFound, http.StatusNotFound, "session_not_found", "no session of yours with this id"),
+	is(account.ErrEmailTaken, http.StatusConflict, "email_taken", "this e-mail is already in use"),
+	is(account.ErrWrongPassword, http.StatusForbidden, "wrong_password", "the current password does not match"),
+	is(account.ErrEmptyPatch, http.StatusBadRequest, "empty_patch", "send at least one property to change"),
+	is(account.ErrSelfDelete, http.StatusConflict, "cannot_delete_self", "administrators cannot delete their own account"),
+	is(account.ErrSelfDemote, http.StatusConflict, "cannot_demote_self", "administrators cannot remove their own admin role"),
+	is(account.ErrInvalidToken, http.StatusBadRequest, "invalid_token", "the link is invalid, has expired or was already used"),
+	is(account.ErrMailDisabled, http.StatusServiceUnavailable, "mail_disabled", "this platform sends no e-mail (AUTH_SMTP_HOST is not set): ask an administrator"),
+	is(account.ErrBusy, http.StatusServiceUnavailable, "busy", "too many messages are waiting to be sent, try again shortly"),
+	is(account.ErrEmailUnverified, http.StatusForbidden, "email_unverified", "confirm your e-mail address first: open the link sent to it"),
+	is(account.ErrAlreadyVerified, http.StatusConflict, "already_verified", "the e-mail address is already verified"),
+	is(account.ErrInvalidAPIKey, http.StatusUnauthorized, "invalid_api_key", "the api key is unknown, expired or revoked"),
+	is(account.ErrAPIKeyNotFound, http.StatusNotFound, "api_key_not_found", "no api key of this user with this id"),
+	is(account.ErrTooManyKeys, http.StatusConflict, "too_many_api_keys", "this user has the most api keys allowed (100): revoke one first"),
+	is(account.ErrMFAEnabled, http.StatusConflict, "mfa_enabled", "a second factor is already enabled: disable it first"),
+	is(account.ErrMFANotEnabled, http.StatusConflict, "mfa_not_enabled", "no second factor is enabled"),
+	is(account.ErrNoEnrolment, http.StatusConflict, "no_enrolment", "start an enrolment first (POST /me/mfa/totp)"),
+	is(account.ErrInvalidCode, http.StatusForbidden, "invalid_code", "the code is wrong or was already used"),
+	is(account.ErrInvalidChallenge, http.StatusUnauthorized, "invalid_challenge", "the challenge is unknown, expired or was already used: sign in again"),
+	is(account.ErrMFADisabled, http.StatusServiceUnavailable, "mfa_disabled", "second factors are not available on this platform"),
+	is(account.ErrPasskeysDisabled, http.StatusServiceUnavailable, "passkeys_disabled", "passkeys are not available on this platform"),
+	is(account.ErrPasskeyNotFound, http.StatusNotFound, "passkey_not_found", "no passkey of yours with this id"),
+	is(account.ErrPasskeyExists, http.StatusConflict, "passkey_exists", "this passkey is already registered"),
+	is(account.ErrInvalidCeremony, http.StatusBadRequest, "invalid_ceremony", "the ceremony is unknown, expired or was already used: start again"),
+	is(account.ErrTooManyPasskeys, http.StatusConflict, "too_many_passkeys", "this account has the most passkeys allowed: remove one first"),
+
+	// A request that ran out of its time (Options.RequestTimeout), most
+	// often queued for a password-hash slot.
+	is(context.DeadlineExceeded, http.StatusServiceUnavailable, "busy", "the service is busy, try again shortly"),
+
+	// What the stores tell the account package, which answers them
+	// itself: reaching a client would be a bug (500, logged).
+	internal(account.ErrFactorNotFound),
+	internal(account.ErrCodeUsed),
+	internal(account.ErrPasskeyMoved),
+	// SignIn's "second factor required", which signIn answers (202 with
+	// the challenge) before any error.
+	internalType[account.MFARequired](),
+}
+
+// Errors of the HTTP layer itself, not of the account package.
+var (
+	errServiceCredential = web.Errorf(http.StatusUnauthorized, "invalid_service_credential", "a valid X-Service-Credential header is required")
+	// errSignInCode: a wrong second-factor code while signing in is a
+	// failed sign-in (401), not a refused change of settings (403).
+	errSignInCode = web.Errorf(http.StatusUnauthorized, "invalid_code", "the code is wrong or was already used")
+)
+
+// apiError answers err as errorMap says; errors without a row pass
+// through to web.ErrorHandler (503 for outages, 500 otherwise).
+func apiError(c *fiber.Ctx, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, row := range errorMap {
+		if we, ok := row.answer(c, err); ok {
+			if we == nil {
+				return err
+			}
+			return we
+		}
+	}
+	return err
+}
+
+// An errorRow answers the errors it matches (ok); a nil answer leaves the
+// error to web.ErrorHandler.
+type errorRow struct {
+	answer func(c *fiber.Ctx, err error) (we *web.Error, ok bool)
+	sample error // an error the row matches (tests)
+}
+
+// is answers errors that wrap target with a fixed status, code and message.
+func is(target error, status int, code, msg string) errorRow {
+	return errorRow{sample: target, answer: func(_ *fiber.Ctx, err error) (*web.Error, bool) {
+		if !errors.Is(err, target) {
+			return nil, false
+		}
+		return &web.Error{Status: status, Code: code, Message: msg, Cause: err}, true
+	}}
+}
+
+// as answers errors of type *T from what they carry.
+func as[T any, E interface {
+	*T
+	error
+}](answer func(c *fiber.Ctx, e E) *web.Error) errorRow {
+	return errorRow{sample: E(new(T)), answer: func(c *fiber.Ctx, err error) (*web.Error, bool) {
+		var e E
+		if !errors.As(err, &e) {
+			return nil, false
+		}
+		return answer(c, e), true
+	}}
+}
+
+// internal marks an error that is never a client's answer.
+func internal(target error) errorRow {
+	return errorRow{sample: target, answer: func(_ *fiber.Ctx, err error) (*web.Error, bool) {
+		return nil, errors.Is(err, target)
+	}}
+}
+
+// internalType marks an error type that is never a client's answer.
+func internalType[T any, E interface {
+	*T
+	error
+}]() errorRow {
+	return errorRow{sample: E(new(T)), answer: func(_ *fiber.Ctx, err error) (*web.Error, bool) {
+		var e E
+		return nil, errors.As(err, &e)
+	}}
+}
+
+// throttled is 429 with Retry-After and the spec's {error, retryAfter}.
+func throttled(c *fiber.Ctx, te *account.ThrottledError) *web.Error {
+	secs := int64(math.Ceil(te.RetryAfter.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	c.Set(fiber.HeaderRetryAfter, strconv.FormatInt(secs, 10))
+	return &web.Error{Status: http.StatusTooManyRequests, Code: "throttled",
+		Body: fiber.Map{"error": te.Message() + ", try again later", "retryAfter": secs}}
+}
+
+// passkeyRefused answers a refused WebAuthn response: 401 for a sign-in,
+// 400 for a registration, with the account package's code.
+func passkeyRefused(_ *fiber.Ctx, pe *account.PasskeyError) *web.Error {
+	status, what := http.StatusBadRequest, "the passkey was not accepted: "
+	if pe.SignIn {
+		status, what = http.StatusUnauthorized, "the passkey sign-in failed: "
+	}
+	return web.Errorf(status, pe.Code, what+pe.Detail)
+}

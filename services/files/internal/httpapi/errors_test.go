@@ -1,0 +1,195 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/files/internal/files"
+)
+
+// Every exported error of the files package (an Err* variable or a type
+// with an Error method) has a row in errorMap: a new error without one
+// fails here instead of reaching clients as a 500.
+func TestErrorMapCoversFilesErrors(t *testing.T) {
+	inTable := namesInTable(t, "errors.go", "errorMap", "files")
+	for _, name := range exportedErrors(t, "../files") {
+		if !inTable[name] {
+			t.Errorf("files.%s has no row in errorMap (errors.go)", name)
+		}
+	}
+}
+
+// No row is shadowed by an earlier one: each row answers its own error,
+// also when wrapped.
+func TestErrorMapRowsAnswerTheirOwnErrors(t *testing.T) {
+	for i, row := range errorMap {
+		err := fmt.Errorf("wrapped: %w", row.sample)
+		if _, ok := row.answer(errScope{}, err); !ok {
+			t.Errorf("row %d does not match its own error %v", i, row.sample)
+		}
+		for j := range i {
+			if _, ok := errorMap[j].answer(errScope{}, err); ok {
+				t.Errorf("row %d (%v) is shadowed by row %d", i, row.sample, j)
+			}
+		}
+	}
+}
+
+// What fail answers: the file endpoints' bodies, with what the scope names.
+func TestFail(t *testing.T) {
+	scope := errScope{fileID: "f1", linkID: "l1", maxFile: 10, maxPixels: 20, maxMemory: 30}
+	for _, tc := range []struct {
+		name   string
+		err    error
+		scope  errScope
+		status int
+		body   map[string]any
+	}{
+		{"fileNotFound404", files.ErrNotFound, scope, 404, map[string]any{"err": "no file with this id", "code": "file_not_found", "sentId": "f1"}},
+		{"linkNotFound404", files.ErrLinkNotFound, scope, 404, map[string]any{"err": "no share link with this id", "code": "link_not_found", "sentId": "l1"}},
+		{"tokenNotFound404", files.ErrLinkNotFound, errScope{}, 404, map[string]any{"err": "no share link with this token", "code": "link_not_found"}},
+		{"tooLarge413", &files.SourceError{Err: files.ErrTooLarge}, scope, 413, map[string]any{"err": "the upload exceeds the maximum size", "code": "file_too_large", "limit": int64(10)}},
+		{"malformed400", &files.SourceError{Err: errors.New("eof")}, scope, 400, map[string]any{"err": "the multipart body is malformed or incomplete", "code": "invalid_multipart"}},
+		{"pixels422", files.ErrImageTooLarge, scope, 422, map[string]any{"err": "the image dimensions exceed the limit", "code": "image_too_many_pixels", "limit": int64(20)}},
+		{"badLink400", &files.BadLinkError{Field: "maxDownloads", Msg: "must be positive"}, scope, 400, map[string]any{"err": "maxDownloads must be positive", "code": "invalid_max_downloads", "field": "maxDownloads"}},
+		{"outage503", os.ErrDeadlineExceeded, scope, 503, map[string]any{"err": "storage is unavailable, try again shortly", "code": "unavailable"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var we *web.Error
+			if got := fail(tc.err, tc.scope); !errors.As(got, &we) {
+				t.Fatalf("got %v, want a *web.Error", got)
+			}
+			body := map[string]any{"code": we.Code}
+			for k, v := range we.Body {
+				body[k] = v
+			}
+			if we.Status != tc.status || fmt.Sprint(body) != fmt.Sprint(tc.body) {
+				t.Errorf("got %d %v, want %d %v", we.Status, body, tc.status, tc.body)
+			}
+		})
+	}
+	for _, err := range []error{files.ErrConflict, errors.New("bug")} {
+		if got := fail(err, scope); got != err {
+			t.Errorf("%v: got %v, want it passed through to the error handler", err, got)
+		}
+	}
+}
+
+// The tus server answers the errors a client caused with the same status,
+// code and message; the others are tusd's (500).
+func TestClientError(t *testing.T) {
+	status, code, msg, ok := ClientError(fmt.Errorf("x: %w", files.ErrQuotaExceeded))
+	if !ok || status != http.StatusRequestEntityTooLarge || code != "quota_exceeded" || msg != "the upload would exceed your storage quota" {
+		t.Errorf("quota: got %d %s %q %v", status, code, msg, ok)
+	}
+	for _, err := range []error{files.ErrUnavailable, files.ErrBusy, &files.SourceError{Err: errors.New("eof")}, errors.New("bug")} {
+		if _, _, _, ok := ClientError(err); ok {
+			t.Errorf("%v: ClientError says a client caused it", err)
+		}
+	}
+}
+
+// exportedErrors lists the exported Err* variables and the exported types
+// with an Error method declared in the non-test Go files of dir.
+func exportedErrors(t *testing.T, dir string) []string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	fset := token.NewFileSet()
+	for _, p := range paths {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					if vs, ok := s.(*ast.ValueSpec); ok && d.Tok == token.VAR {
+						for _, n := range vs.Names {
+							if n.IsExported() && strings.HasPrefix(n.Name, "Err") {
+								names = append(names, n.Name)
+							}
+						}
+					}
+				}
+			case *ast.FuncDecl:
+				if d.Recv != nil && d.Name.Name == "Error" && len(d.Recv.List) == 1 {
+					if recv := receiverType(d.Recv.List[0].Type); ast.IsExported(recv) {
+						names = append(names, recv)
+					}
+				}
+			}
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no exported errors found in %s", dir)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+func receiverType(e ast.Expr) string {
+	if s, ok := e.(*ast.StarExpr); ok {
+		e = s.X
+	}
+	if id, ok := e.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
+
+// namesInTable lists the names of package pkg (pkg.Name) that the value of
+// the package-level variable table in file mentions.
+func namesInTable(t *testing.T, file, table, pkg string) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	found := false
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.VAR {
+			continue
+		}
+		for _, s := range gd.Specs {
+			vs := s.(*ast.ValueSpec)
+			for i, n := range vs.Names {
+				if n.Name != table || i >= len(vs.Values) {
+					continue
+				}
+				found = true
+				ast.Inspect(vs.Values[i], func(n ast.Node) bool {
+					if sel, ok := n.(*ast.SelectorExpr); ok {
+						if id, ok := sel.X.(*ast.Ident); ok && id.Name == pkg {
+							names[sel.Sel.Name] = true
+						}
+					}
+					return true
+				})
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no variable %s in %s", table, file)
+	}
+	return names
+}
