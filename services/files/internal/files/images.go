@@ -1,0 +1,139 @@
+package files
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/acme/platform/services/files/internal/imaging"
+)
+
+// StoreImage reads an image (at most ImageMaxBytes), checks it is a JPEG,
+// PNG, GIF or WebP whose header dimensions are within the pixel limit and
+// whose memory estimate is within the per-image budget, re-encodes it
+// (orientation applied, metadata dropped, resized) under the concurrency
+// cap and the process-wide memory budget, and stores the result. The
+// upload counts against owner's quota as StoreFile's does (the re-encoded
+// size is recorded).
+func (s *Service) StoreImage(ctx context.Context, owner string, src io.Reader) (*Pending, error) {
+	lr, err := s.limit(ctx, owner, src, s.cfg.ImageMaxBytes)
+	if err != nil {
+		return nil, err
+	}
+	sr := &sourceReader{r: lr}
+	data, err := io.ReadAll(sr)
+	if err != nil {
+		return nil, s.blame(sr, err)
+	}
+	if len(data) == 0 {
+		return nil, ErrEmpty
+	}
+	if _, ok := imaging.Sniff(data); !ok {
+		return nil, ErrNotImage
+	}
+	out, err := s.processImage(ctx, data)
+	data = nil
+	if err != nil {
+		return nil, err
+	}
+
+	id := NewID()
+	now := s.now().UTC().Truncate(time.Millisecond)
+	key := ObjectKey(KindImage, id, now)
+	sum := sha256.Sum256(out.Data)
+	res, err := s.objects.Put(ctx, key, bytes.NewReader(out.Data), int64(len(out.Data)), out.Type)
+	if err != nil {
+		return nil, err
+	}
+	return &Pending{svc: s, File: File{
+		ID:        id,
+		Kind:      KindImage,
+		Type:      out.Type,
+		Key:       key,
+		Size:      int64(len(out.Data)),
+		SHA256:    hex.EncodeToString(sum[:]),
+		Stored:    res.Size,
+		Width:     out.Width,
+		Height:    out.Height,
+		CreatedAt: now,
+	}}, nil
+}
+
+// processImage re-encodes data under the two limits of image work: a
+// slot of ImageConcurrency (CPU) and the image's share of ImageMemory
+// (bytes: the header's estimate plus the upload itself), both waited for at
+// most ImageWait (then ErrBusy). An image whose estimate is over the
+// per-image budget is refused before anything is decoded.
+func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result, error) {
+	cost, err := imaging.Check(data, s.cfg.Image)
+	if err != nil {
+		return imaging.Result{}, imageError(err)
+	}
+	weight := cost.Bytes() + int64(cap(data))
+	if weight > s.cfg.ImageMemory {
+		weight = s.cfg.ImageMemory
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.ImageWait)
+	defer cancel()
+	busy := func() error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return ErrBusy
+	}
+	// TryAcquire first: a wait of 0 means "only if free now".
+	if !s.mem.TryAcquire(weight) {
+		if err := s.mem.Acquire(wctx, weight); err != nil {
+			return imaging.Result{}, busy()
+		}
+	}
+	defer s.mem.Release(weight)
+	s.held.Add(weight)
+	defer s.held.Add(-weight)
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		select {
+		case s.sem <- struct{}{}:
+		case <-wctx.Done():
+			return imaging.Result{}, busy()
+		}
+	}
+	out, err := imaging.Process(data, s.cfg.Image)
+	<-s.sem
+	if cost.Bytes() >= s.freeAbove {
+		s.afterImage() // the decoded image is garbage now
+	}
+	if err != nil {
+		return imaging.Result{}, imageError(err)
+	}
+	return out, nil
+}
+
+// ImageMemoryHeld is the image memory budget taken at this moment.
+func (s *Service) ImageMemoryHeld() int64 { return s.held.Load() }
+
+// ImageMemory is the process-wide image memory budget in force.
+func (s *Service) ImageMemory() int64 { return s.cfg.ImageMemory }
+
+// ImageMaxMemory is the per-image memory budget in force.
+func (s *Service) ImageMaxMemory() int64 { return s.cfg.Image.MaxMemory }
+
+func imageError(err error) error {
+	switch {
+	case errors.Is(err, imaging.ErrNotImage):
+		return ErrNotImage
+	case errors.Is(err, imaging.ErrTooMuchMemory):
+		return fmt.Errorf("%w: %v", ErrImageTooMuchMemory, err)
+	case errors.Is(err, imaging.ErrTooManyPixels):
+		return fmt.Errorf("%w: %v", ErrImageTooLarge, err)
+	case errors.Is(err, imaging.ErrCorrupt):
+		return fmt.Errorf("%w: %v", ErrBadImage, err)
+	}
+	return err
+}
