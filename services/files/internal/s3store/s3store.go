@@ -4,6 +4,7 @@
 package s3store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -145,11 +146,36 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Put streams r into key. With an unknown size the object is written as a
-// multipart upload with PartSize parts, UploadThreads of them in flight, so
-// memory stays at PartSize*UploadThreads; minio-go aborts the multipart
-// upload when r fails, leaving no object.
+// SmallObject is the largest upload of unknown size written with one
+// request: Put reads up to this much first, and a body that ends within it
+// is sent with its size. minio-go streams a body of unknown size as a
+// multipart upload, holding PartSize*UploadThreads bytes (16 MiB by
+// default) however small the body is; for the many small files of a
+// typical load that was most of the files service's memory and CPU.
+const SmallObject = 1 << 20
+
+// smallBuffers are SmallObject-byte buffers for Put.
+var smallBuffers = sync.Pool{New: func() any { b := make([]byte, SmallObject); return &b }}
+
+// Put streams r into key. With an unknown size, a body of at most
+// SmallObject bytes is read whole and written with one request; a larger
+// one as a multipart upload with PartSize parts, UploadThreads of them in
+// flight, so memory stays at PartSize*UploadThreads; minio-go aborts the
+// multipart upload when r fails, leaving no object.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) (files.PutResult, error) {
+	if size < 0 {
+		bp := smallBuffers.Get().(*[]byte)
+		defer smallBuffers.Put(bp)
+		n, err := io.ReadFull(r, *bp)
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF: // all of it
+			r, size = bytes.NewReader((*bp)[:n]), int64(n)
+		case err != nil:
+			return files.PutResult{}, mapErr(err)
+		default:
+			r = io.MultiReader(bytes.NewReader((*bp)[:n]), r)
+		}
+	}
 	opts := minio.PutObjectOptions{
 		ContentType: contentType,
 		PartSize:    s.opts.PartSize,

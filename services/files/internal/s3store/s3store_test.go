@@ -48,6 +48,23 @@ func keys(t *testing.T, s *Store) []string {
 func TestPutGetRemove(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
+	// Of unknown size: 1 byte and SmallObject (one request), SmallObject+1
+	// (the multipart path from the first byte on), 7 MB (two parts).
+	for _, n := range []int{1, SmallObject, SmallObject + 1} {
+		data := bytes.Repeat([]byte{'a' + byte(n%7)}, n)
+		if res, err := s.Put(ctx, "files/small", bytes.NewReader(data), -1, "text/plain"); err != nil || res.Size != int64(n) {
+			t.Fatalf("put %d bytes of unknown size: %v %+v", n, err, res)
+		}
+		obj, err := s.Get(ctx, "files/small", 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(obj.Body)
+		obj.Body.Close()
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes put, %d read back (or other bytes)", n, len(got))
+		}
+	}
 	data := bytes.Repeat([]byte("0123456789"), 700_000) // 7 MB: two parts
 	for _, size := range []int64{-1, int64(len(data))} {
 		res, err := s.Put(ctx, "files/k", bytes.NewReader(data), size, "application/octet-stream")
@@ -103,7 +120,8 @@ func (f *failAfter) Read(p []byte) (int, error) {
 
 func TestFailedPutLeavesNoObject(t *testing.T) {
 	s := newStore(t)
-	for _, n := range []int{0, 1000, 6 << 20, 11 << 20} { // before, inside, after the first parts
+	// before anything, inside the first SmallObject, inside and after the first parts
+	for _, n := range []int{0, 1000, SmallObject + 10, 6 << 20, 11 << 20} {
 		if _, err := s.Put(context.Background(), "files/broken", &failAfter{n: n}, -1, "x/y"); err == nil {
 			t.Fatalf("put of a failing reader (%d bytes) succeeded", n)
 		}
