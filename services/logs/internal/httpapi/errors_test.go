@@ -3,15 +3,10 @@ package httpapi
 import (
 	"errors"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 
+	"github.com/acme/platform/pkg/testkit/errortable"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/otlpingest"
@@ -22,8 +17,8 @@ import (
 // new error without one fails here instead of reaching clients as a 500.
 func TestErrorMapCoversDomainErrors(t *testing.T) {
 	for _, pkg := range []string{"logs", "otlpingest"} {
-		inTable := namesInTable(t, "errors.go", "errorMap", pkg)
-		for _, name := range exportedErrors(t, "../"+pkg) {
+		inTable := errortable.NamesInTable(t, "errors.go", "errorMap", pkg)
+		for _, name := range errortable.ExportedErrors(t, "../"+pkg) {
 			if !inTable[name] {
 				t.Errorf("%s.%s has no row in errorMap (errors.go)", pkg, name)
 			}
@@ -87,99 +82,4 @@ func TestFail(t *testing.T) {
 			t.Errorf("%v: got %v, want it passed through to the error handler", err, got)
 		}
 	}
-}
-
-// exportedErrors lists the exported Err* variables and the exported types
-// with an Error method declared in the non-test Go files of dir.
-func exportedErrors(t *testing.T, dir string) []string {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	fset := token.NewFileSet()
-	for _, p := range paths {
-		if strings.HasSuffix(p, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range f.Decls {
-			switch d := d.(type) {
-			case *ast.GenDecl:
-				for _, s := range d.Specs {
-					if vs, ok := s.(*ast.ValueSpec); ok && d.Tok == token.VAR {
-						for _, n := range vs.Names {
-							if n.IsExported() && strings.HasPrefix(n.Name, "Err") {
-								names = append(names, n.Name)
-							}
-						}
-					}
-				}
-			case *ast.FuncDecl:
-				if d.Recv != nil && d.Name.Name == "Error" && len(d.Recv.List) == 1 {
-					if recv := receiverType(d.Recv.List[0].Type); ast.IsExported(recv) {
-						names = append(names, recv)
-					}
-				}
-			}
-		}
-	}
-	if len(names) == 0 {
-		t.Fatalf("no exported errors found in %s", dir)
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
-}
-
-func receiverType(e ast.Expr) string {
-	if s, ok := e.(*ast.StarExpr); ok {
-		e = s.X
-	}
-	if id, ok := e.(*ast.Ident); ok {
-		return id.Name
-	}
-	return ""
-}
-
-// namesInTable lists the names of package pkg (pkg.Name) that the value of
-// the package-level variable table in file mentions.
-func namesInTable(t *testing.T, file, table, pkg string) map[string]bool {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	found := false
-	for _, d := range f.Decls {
-		gd, ok := d.(*ast.GenDecl)
-		if !ok || gd.Tok != token.VAR {
-			continue
-		}
-		for _, s := range gd.Specs {
-			vs := s.(*ast.ValueSpec)
-			for i, n := range vs.Names {
-				if n.Name != table || i >= len(vs.Values) {
-					continue
-				}
-				found = true
-				ast.Inspect(vs.Values[i], func(n ast.Node) bool {
-					if sel, ok := n.(*ast.SelectorExpr); ok {
-						if id, ok := sel.X.(*ast.Ident); ok && id.Name == pkg {
-							names[sel.Sel.Name] = true
-						}
-					}
-					return true
-				})
-			}
-		}
-	}
-	if !found {
-		t.Fatalf("no variable %s in %s", table, file)
-	}
-	return names
 }
