@@ -153,10 +153,18 @@ func checkServiceBinary(t *testing.T, root, name string, s types.ServiceConfig) 
 	}
 	addrVar := strings.ToUpper(name) + "_ADDR"
 	// service.Main (pkg/service) gives every binary the healthcheck mode,
-	// probing the address in the variable named here.
-	for _, want := range []string{`service.Main("` + name + `", "` + addrVar + `"`} {
-		if !strings.Contains(string(main), want) {
-			t.Errorf("%s/main.go lacks %s", *dir, want)
+	// probing the ADDR setting of the service's table under its prefix:
+	// the variable named here.
+	if want := `service.Main("` + name + `", app.Prefix, `; !strings.Contains(string(main), want) {
+		t.Errorf("%s/main.go lacks %s", *dir, want)
+	}
+	config, err := os.ReadFile(filepath.Join(root, *dir, "internal", "app", "config.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`const Prefix = "` + strings.ToUpper(name) + `"`, `{Key: "ADDR",`} {
+		if !strings.Contains(string(config), want) {
+			t.Errorf("%s/internal/app/config.go lacks %s", *dir, want)
 		}
 	}
 	if env(s, addrVar) == "" {
