@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run info test test-security test-short test-faults test-compose test-scale test-ha soak bench minio vet fmt fuzz packages test-console
+.PHONY: run info test test-security test-short test-faults test-compose test-scale test-ha test-swarm soak bench minio vet fmt fuzz packages test-console
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
@@ -48,6 +48,12 @@ test-scale:
 test-ha:
 	$(GO) test -tags containers -count=1 -v -timeout 60m -run 'TestHA$$' ./scripts/containers; \
 	  rc=$$?; bash scripts/containers/cleanup.sh; exit $$rc
+
+## test-swarm: deploy/stack.yaml on a one-node Docker Swarm (initialised and left again if none is active): scaled, a task killed, a new image rolled out and a failing one rolled back under load, stack removed (needs Docker); prints a table of figures
+test-swarm:
+	$(GO) vet -tags containers ./scripts/containers/...
+	$(GO) test -tags containers -count=1 -v -timeout 40m -run 'TestSwarm$$' ./scripts/containers; \
+	  rc=$$?; bash scripts/containers/swarm-cleanup.sh; bash scripts/containers/cleanup.sh; exit $$rc
 
 ## soak: a fixed-rate mix through the gateway for SOAK_DURATION (10m); fails on errors or >10% growth
 soak: minio

@@ -10,9 +10,18 @@
 //
 // -o creates the file with mode 0600 and refuses to overwrite one; without
 // -o the file is printed on stdout.
+//
+// For Docker Swarm (deploy/stack.yaml), -secrets-dir DIR also writes each
+// Docker secret's value to a file of its own, DIR/<secret name>; with
+// -from .env it writes them from an existing .env instead of new values
+// (a compose deployment moving to swarm keeps its secrets):
+//
+//	go run ./scripts/gensecrets -o .env -secrets-dir secrets
+//	go run ./scripts/gensecrets -from .env -secrets-dir secrets
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -34,16 +43,37 @@ var natsUsers = []string{"AUTH", "FILES", "LOGS", "GATEWAY", "PUBLISHER"}
 func main() {
 	out := flag.String("o", "", "write to this file (mode 0600, never overwritten) instead of stdout")
 	adminEmail := flag.String("admin-email", "admin@acme.local", "the first administrator's e-mail")
+	secretsDir := flag.String("secrets-dir", "", "also write each Docker secret's value to DIR/<name> (deploy/stack.yaml)")
+	from := flag.String("from", "", "with -secrets-dir: take the values from this existing .env instead of new ones")
 	flag.Parse()
-	if err := run(*out, *adminEmail); err != nil {
+	if *from != "" {
+		if *secretsDir == "" || *out != "" {
+			fmt.Fprintln(os.Stderr, "gensecrets: -from needs -secrets-dir and writes no .env")
+			os.Exit(2)
+		}
+		if err := secretFilesFrom(*from, *secretsDir); err != nil {
+			fmt.Fprintln(os.Stderr, "gensecrets:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*out, *adminEmail, *secretsDir); err != nil {
 		fmt.Fprintln(os.Stderr, "gensecrets:", err)
 		os.Exit(1)
 	}
 }
 
-func run(path, adminEmail string) error {
+func run(path, adminEmail, secretsDir string) error {
+	var buf bytes.Buffer
+	if err := write(&buf, adminEmail); err != nil {
+		return err
+	}
 	if path == "" {
-		return write(os.Stdout, adminEmail)
+		if err := secretFiles(buf.Bytes(), secretsDir); err != nil {
+			return err
+		}
+		_, err := os.Stdout.Write(buf.Bytes())
+		return err
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
@@ -52,12 +82,25 @@ func run(path, adminEmail string) error {
 	if err != nil {
 		return err
 	}
-	if err := write(f, adminEmail); err != nil {
+	err = secretFiles(buf.Bytes(), secretsDir)
+	if err == nil {
+		_, err = f.Write(buf.Bytes())
+	}
+	if err != nil {
 		f.Close()
 		os.Remove(path)
 		return err
 	}
 	return f.Close()
+}
+
+// secretFiles writes the Docker secrets of an .env's text into dir, if one
+// is named.
+func secretFiles(env []byte, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	return writeSecretFiles(bytes.NewReader(env), dir)
 }
 
 // write prints one deployment's .env.

@@ -127,7 +127,7 @@ func TestNATSPasswordsSurviveTheConfigParser(t *testing.T) {
 
 func TestOutputFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), ".env")
-	if err := run(path, "admin@acme.local"); err != nil {
+	if err := run(path, "admin@acme.local", ""); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(path)
@@ -138,7 +138,7 @@ func TestOutputFile(t *testing.T) {
 		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
 	}
 	before, _ := os.ReadFile(path)
-	if err := run(path, "admin@acme.local"); err == nil {
+	if err := run(path, "admin@acme.local", ""); err == nil {
 		t.Error("an existing .env was replaced")
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
