@@ -206,7 +206,7 @@ func (s *Servers) Launch(bins map[string]string) (*stack.Platform, error) {
 	if _, port, err := net.SplitHostPort(s.cfg.GatewayAddr); err == nil && port != "0" {
 		env["AUTH_PUBLIC_URL"] = "http://" + s.cfg.GatewayAddr
 	}
-	for _, k := range []string{"LOG_LEVEL", "GATEWAY_PPROF", "GODEBUG"} {
+	for _, k := range append([]string{"LOG_LEVEL", "GATEWAY_PPROF", "GODEBUG"}, providerVariables(s.cfg.Getenv)...) {
 		if v := s.cfg.Getenv(k); v != "" {
 			env[k] = v
 		}
@@ -288,4 +288,25 @@ func LoadSecrets(path string, getenv func(string) string) (Secrets, error) {
 		return p, err
 	}
 	return p, os.Rename(tmp, path)
+}
+
+// providerVariables are auth's identity-provider settings (docs/auth.md,
+// "Sign in with an identity provider") and AUTH_PUBLIC_URL, which the
+// environment of `make run` passes on: setting one provider's variables
+// adds its button to the console's sign-in page.
+func providerVariables(getenv func(string) string) []string {
+	keys := []string{"AUTH_PUBLIC_URL", "AUTH_OIDC_PROVIDERS", "AUTH_IDP_FLOW_TTL",
+		"AUTH_GITHUB_CLIENT_ID", "AUTH_GITHUB_CLIENT_SECRET", "AUTH_GITHUB_CLIENT_SECRET_FILE",
+		"AUTH_GITHUB_SIGNUP", "AUTH_GITHUB_ALLOWED_DOMAINS", "AUTH_GITHUB_URL", "AUTH_GITHUB_API_URL"}
+	for _, name := range strings.Split(getenv("AUTH_OIDC_PROVIDERS"), ",") {
+		name = strings.ToUpper(strings.ReplaceAll(strings.TrimSpace(name), "-", "_"))
+		if name == "" {
+			continue
+		}
+		for _, k := range []string{"ISSUER", "CLIENT_ID", "CLIENT_SECRET", "CLIENT_SECRET_FILE", "DISPLAY_NAME",
+			"SCOPES", "SIGNUP", "ALLOWED_DOMAINS", "MFA_AMR"} {
+			keys = append(keys, "AUTH_OIDC_"+name+"_"+k)
+		}
+	}
+	return keys
 }

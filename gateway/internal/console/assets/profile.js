@@ -3,6 +3,7 @@ import { h, field, errorBox, say, fmtDate } from './dom.js';
 import { apiKeysSection } from './apikeys.js';
 import { mfaSection } from './mfa.js';
 import { passkeysSection } from './passkeys.js';
+import { identitiesSection, takeResult } from './identities.js';
 
 const editable = ['fullName', 'email', 'sector', 'avatarUrl'];
 const messages = {
@@ -154,6 +155,6 @@ export async function profilePage(main, state) {
     catch (e) { serr.show(e.message); }
   }
 
-  main.append(form, avatarForm, pform, mfaSection(), passkeysSection(), sessions, apiKeysSection());
+  main.append(form, avatarForm, pform, mfaSection(), passkeysSection(), identitiesSection(takeResult()), sessions, apiKeysSection());
   loadSessions();
 }

@@ -2,6 +2,7 @@ import { api } from './api.js';
 import { h, field, errorBox, say } from './dom.js';
 import { go, loadUser } from './app.js';
 import { signInWithPasskey, passkeyMessage, passkeysSupported } from './passkeys.js';
+import { providerButtons, providerMessage, takeResult } from './identities.js';
 
 const messages = {
   invalid_credentials: 'The e-mail or the password is wrong.',
@@ -37,7 +38,7 @@ export function signinPage(main) {
       pkButton.disabled = false;
     }
   });
-  form.append(h('p', { class: 'or' }, 'or'), pkButton);
+  form.append(h('p', { class: 'or' }, 'or'), pkButton, providerButtons());
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     err.show('');
@@ -107,5 +108,9 @@ export function signinPage(main) {
 
   main.append(form);
   form.email.focus();
+  // Back from an identity provider: refused, or asked for a second factor.
+  const result = takeResult();
+  if (result.error) err.show(providerMessage(result.error));
+  if (result.challenge) codeStep(result.challenge);
   return () => { if (timer) clearInterval(timer); };
 }

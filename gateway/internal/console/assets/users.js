@@ -22,7 +22,7 @@ export function usersPage(main, state) {
     err.show('');
     try {
       const r = await api('GET', `/users?page=${page}&limit=${limit}`);
-      tbody.replaceChildren(...r.users.map(u => {
+      tbody.replaceChildren(...r.users.flatMap(u => {
         const role = h('select', { 'aria-label': 'Role of ' + u.email },
           ['user', 'admin'].map(v => h('option', { value: v, selected: u.roleName === v }, v)));
         role.addEventListener('change', async () => {
@@ -43,15 +43,47 @@ export function usersPage(main, state) {
           try { await api('DELETE', '/users/' + encodeURIComponent(u.id) + '/mfa'); await load(); say(`The second factors of ${u.email} were reset.`); }
           catch (e) { err.show(msg(e)); }
         });
-        return h('tr', {}, h('td', {}, u.email), h('td', {}, u.fullName), h('td', {}, u.edv),
+        const detail = h('tr', { hidden: true }, h('td', { colspan: 8 }));
+        const ids = h('button', { type: 'button', class: 'small', 'aria-expanded': 'false', 'aria-label': 'Sign-in providers of ' + u.email }, 'Providers');
+        ids.addEventListener('click', async () => {
+          const open = detail.hidden;
+          detail.hidden = !open;
+          ids.setAttribute('aria-expanded', String(open));
+          if (open) await providersOf(u, detail.firstChild);
+        });
+        return [h('tr', {}, h('td', {}, u.email), h('td', {}, u.fullName), h('td', {}, u.edv),
           h('td', {}, u.sector || ''), h('td', {}, role), h('td', {}, u.mfaEnabled ? 'on' : 'off'),
-          h('td', {}, fmtDate(u.createdAt)), h('td', { class: 'actions' }, reset, ' ', del));
+          h('td', {}, fmtDate(u.createdAt)), h('td', { class: 'actions' }, ids, ' ', reset, ' ', del)), detail];
       }));
       const pages = Math.max(1, Math.ceil(r.total / limit));
       pager.replaceChildren(
         h('button', { type: 'button', disabled: page <= 1, onclick: () => { page--; load(); } }, '← Previous'),
         h('span', {}, `Page ${page} of ${pages} (${r.total} users)`),
         h('button', { type: 'button', disabled: page >= pages, onclick: () => { page++; load(); } }, 'Next →'));
+    } catch (e) { err.show(msg(e)); }
+  }
+
+  // A user's linked identities and invitations: remove one, or invite the
+  // user for a provider (their first sign-in there links it).
+  async function providersOf(u, cell) {
+    const base = '/users/' + encodeURIComponent(u.id) + '/identities';
+    try {
+      const [r, p] = await Promise.all([api('GET', base), api('GET', '/signin/oidc')]);
+      const pick = h('select', { 'aria-label': 'Provider to invite ' + u.email + ' for' },
+        (p.providers || []).map(x => h('option', { value: x.name }, x.displayName)));
+      const invite = h('button', { type: 'button', class: 'small', disabled: !(p.providers || []).length }, 'Invite');
+      invite.addEventListener('click', async () => {
+        try { await api('POST', base, { provider: pick.value }); say(`${u.email} is invited for ${pick.value}.`); await providersOf(u, cell); }
+        catch (e) { err.show(e.code === 'identity_taken' ? 'That user is invited for this provider already.' : msg(e)); }
+      });
+      cell.replaceChildren(
+        h('ul', {}, r.identities.length ? r.identities.map(i => h('li', {},
+          `${i.provider}: ${i.email || 'no address'} — ${i.pending ? 'invited, not used yet' : 'last used ' + fmtDate(i.lastUsedAt)} `,
+          h('button', { type: 'button', class: 'small', onclick: async () => {
+            try { await api('DELETE', base + '/' + encodeURIComponent(i.id)); say('Removed.'); await providersOf(u, cell); }
+            catch (e) { err.show(msg(e)); }
+          } }, i.pending ? 'Withdraw' : 'Unlink'))) : h('li', {}, 'No linked sign-in provider.')),
+        h('div', { class: 'row' }, pick, ' ', invite));
     } catch (e) { err.show(msg(e)); }
   }
 

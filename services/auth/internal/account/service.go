@@ -248,17 +248,7 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 	}
 
 	u, err := s.signInUser(ctx, email)
-	var ok, rehash bool
-	switch {
-	case errors.Is(err, ErrUserNotFound):
-		err = s.hasher.VerifyDummy(ctx, in.Password)
-	case err == nil:
-		ok, rehash, err = s.hasher.Verify(ctx, in.Password, u.PasswordHash)
-		if errors.Is(err, password.ErrMalformedHash) {
-			s.log.ErrorContext(ctx, "stored password hash is malformed", "user", u.ID)
-			ok, err = false, nil
-		}
-	}
+	ok, rehash, err := s.verifySignIn(ctx, u, err, in.Password)
 	if err != nil {
 		s.release(ctx, adm) // undecided: not a failure
 		return "", Session{}, User{}, err
@@ -293,6 +283,24 @@ func (s *Service) SignIn(ctx context.Context, in SignInInput) (string, Session, 
 	}
 	secret, sess, err := s.newSession(ctx, u.ID, in.Client, false)
 	return secret, sess, u, err
+}
+
+// verifySignIn checks pw against u, the user lookupErr did not fail to
+// find: an unknown user, and one without a password (an account an identity
+// provider made), are refused like a wrong password, in the same time.
+func (s *Service) verifySignIn(ctx context.Context, u User, lookupErr error, pw string) (ok, rehash bool, err error) {
+	switch {
+	case errors.Is(lookupErr, ErrUserNotFound) || (lookupErr == nil && u.PasswordHash == ""):
+		return false, false, s.hasher.VerifyDummy(ctx, pw)
+	case lookupErr != nil:
+		return false, false, lookupErr
+	}
+	ok, rehash, err = s.hasher.Verify(ctx, pw, u.PasswordHash)
+	if errors.Is(err, password.ErrMalformedHash) {
+		s.log.ErrorContext(ctx, "stored password hash is malformed", "user", u.ID)
+		return false, false, nil
+	}
+	return ok, rehash, err
 }
 
 // Resolve returns the user and session behind a session secret, enforcing

@@ -50,6 +50,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return err
 	}
 	defer p.Close() // on an early return; Stop below on a normal one
+	for _, pr := range cfg.providerReaders {
+		pr.Log(p.Log) // each identity provider's settings, secrets masked
+	}
 	pub, err := identity.ParsePublicKey(cfg.IdentityKey)
 	if err != nil {
 		return err
@@ -84,6 +87,10 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 	if err != nil {
 		return err
 	}
+	idps, err := newIdentityProviders(cfg, svc, db, log)
+	if err != nil {
+		return err
+	}
 	userCache, err := cacheUsers(p, cfg, svc)
 	if err != nil {
 		return err
@@ -107,6 +114,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		ServiceCredentials: cfg.Credentials,
 		RequestTimeout:     cfg.RequestTimeout,
 		Meter:              meter,
+		Identities:         idps,
 	}); err != nil {
 		return err
 	}
@@ -142,6 +150,9 @@ func connectMongo(ctx context.Context, p *service.Process, cfg Config) (*mongo.C
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := mongostore.EnsureIndexes(ictx, db); err != nil {
+		return nil, nil, err
+	}
+	if err := mongostore.EnsureIdentityIndexes(ictx, db); err != nil {
 		return nil, nil, err
 	}
 	// Users are found by address through their key documents: write

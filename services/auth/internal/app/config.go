@@ -12,6 +12,7 @@ import (
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/logclient"
 	"github.com/acme/platform/services/auth/internal/account"
+	"github.com/acme/platform/services/auth/internal/idp"
 	"github.com/acme/platform/services/auth/internal/mailer"
 	"github.com/acme/platform/services/auth/internal/password"
 )
@@ -84,6 +85,16 @@ var Settings = config.Table{
 	{Key: "WEBAUTHN_MAX_PENDING", Kind: config.Int, Default: "10000", Doc: "sign-in ceremonies begun and not finished per `AUTH_WEBAUTHN_TIMEOUT`, from every address together (past it 429 `throttled`; `0`: no cap)"},
 	{Key: "CEREMONY_THROTTLE_ADDRESS_MAX", Kind: config.Int, Default: "20", Doc: "passkey sign-in ceremonies one client address may begin per window (`0`: off)"},
 	{Key: "CEREMONY_THROTTLE_WINDOW", Kind: config.Duration, Default: "1m", Doc: "the window of `AUTH_CEREMONY_THROTTLE_ADDRESS_MAX`"},
+	// Sign-in with identity providers (idp.go; each OpenID Connect
+	// provider's own settings: ProviderSettings).
+	{Key: "OIDC_PROVIDERS", Kind: config.List, Doc: "names of the OpenID Connect providers offered at sign-in (lower-case letters, digits, dashes), each configured by the `AUTH_OIDC_<NAME>_*` settings; empty: none"},
+	{Key: "GITHUB_CLIENT_ID", Doc: "client id of a GitHub OAuth app; with its secret, GitHub is offered at sign-in (as provider `github`)"},
+	{Key: "GITHUB_CLIENT_SECRET", File: true, Secret: true, Doc: "the GitHub OAuth app's client secret"},
+	{Key: "GITHUB_SIGNUP", Kind: config.Bool, Default: "false", Doc: "a GitHub account no user is linked to gets a new user (its primary address verified, in `AUTH_GITHUB_ALLOWED_DOMAINS`); false: only linked accounts sign in"},
+	{Key: "GITHUB_ALLOWED_DOMAINS", Kind: config.List, Doc: "e-mail domains that may sign up with GitHub (empty: any)"},
+	{Key: "GITHUB_URL", Default: idp.GitHubURL, Doc: "GitHub's web address (GitHub Enterprise Server: its address)"},
+	{Key: "GITHUB_API_URL", Default: idp.GitHubAPIURL, Doc: "GitHub's API address (GitHub Enterprise Server: `https://<host>/api/v3`)"},
+	{Key: "IDP_FLOW_TTL", Kind: config.Duration, Default: "10m", Doc: "how long a sign-in may take at a provider (the life of its state and of the `idpState` cookie)"},
 }
 
 // Shared is the shared settings auth reads (pkg/config).
@@ -120,6 +131,9 @@ type Config struct {
 	Mail            account.MailConfig
 	MFA             account.MFAConfig
 	Passkeys        account.PasskeyConfig // RPID empty: passkeys are off
+	// IdentityProviders: sign-in with OpenID Connect providers and GitHub.
+	IdentityProviders IdentityProviders
+	providerReaders   []*config.Reader // each OpenID Connect provider's settings, logged at start-up
 
 	argon2                [3]int        // memory, time, threads as set, checked by check
 	lock, lockMax         time.Duration // the sign-in throttle's locks
@@ -165,10 +179,12 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	loadAccount(r, &c)
 	loadMail(r, &c)
 	loadMFA(r, &c)
+	var idpProblems []string
+	c.IdentityProviders, c.providerReaders, idpProblems = loadIdentityProviders(r, getenv)
 	if err := r.Err(); err != nil {
 		return c, r, err
 	}
-	if problems := c.check(); len(problems) > 0 {
+	if problems := append(c.check(), idpProblems...); len(problems) > 0 {
 		return c, r, fmt.Errorf("configuration: %s", strings.Join(problems, "; "))
 	}
 	return c, r, nil

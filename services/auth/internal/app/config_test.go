@@ -31,4 +31,9 @@ func TestConfigurationReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each OpenID Connect provider's settings, for a provider <NAME>.
+	err = config.SyncReference("../../../../docs/configuration.md", "auth-oidc-provider", config.Reference(app.Prefix, app.ProviderSettings("<NAME>")), config.WriteReference())
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -53,6 +53,13 @@ var errorMap = []errorRow{
 	is(account.ErrPasskeyNotFound, http.StatusNotFound, "passkey_not_found", "no passkey of yours with this id"),
 	is(account.ErrPasskeyExists, http.StatusConflict, "passkey_exists", "this passkey is already registered"),
 	is(account.ErrInvalidCeremony, http.StatusBadRequest, "invalid_ceremony", "the ceremony is unknown, expired or was already used: start again"),
+	is(account.ErrIdentityNotFound, http.StatusNotFound, "identity_not_found", "no linked identity with this id"),
+	is(account.ErrIdentityTaken, http.StatusConflict, "identity_taken", "this identity is linked to another account (or invited already)"),
+	is(account.ErrIdentityNotLinked, http.StatusForbidden, "identity_not_linked", "no account is linked to this identity: sign in with your password and link the provider from your profile, or ask an administrator"),
+	is(account.ErrIdentityUnverified, http.StatusForbidden, "identity_unverified", "the provider did not confirm the e-mail address: no account can be made with it"),
+	is(account.ErrIdentityDomain, http.StatusForbidden, "identity_domain", "accounts cannot be made for this e-mail domain"),
+	is(account.ErrIdentityEmailTaken, http.StatusConflict, "identity_email_taken", "an account with this e-mail address exists: sign in to it and link the provider from your profile"),
+	is(account.ErrLastSignInMethod, http.StatusConflict, "last_sign_in_method", "this is the last way to sign in to the account: set a password or add a passkey first"),
 	is(account.ErrTooManyPasskeys, http.StatusConflict, "too_many_passkeys", "this account has the most passkeys allowed: remove one first"),
 
 	// A request that ran out of its time (Options.RequestTimeout), most

@@ -33,6 +33,9 @@ type Options struct {
 	ServiceCredentials []string      // accepted values of ServiceCredentialHeader
 	RequestTimeout     time.Duration // bounds each request, including waiting for a hash slot
 	Meter              Meter         // may be nil
+	// Identities serves sign-in with identity providers (/signin/oidc,
+	// /me/identities, /users/:id/identities); nil: those routes are 404.
+	Identities *IdentityOptions
 }
 
 // Meter is told what operators count (metrics).
@@ -121,6 +124,9 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 	app.Get("/users/:id/api-keys", web.RequireAdmin, a.listAPIKeys)
 	app.Post("/users/:id/api-keys", web.RequireAdmin, a.createAPIKey)
 	app.Delete("/users/:id/api-keys/:key", web.RequireAdmin, a.revokeAPIKey)
+	if o.Identities != nil {
+		a.registerIdentities(app, o.Identities)
+	}
 	return nil
 }
 
