@@ -19,11 +19,11 @@ import (
 // answer is the right one). A test checks that every exported error of the
 // account package has a row.
 var errorMap = []errorRow{
-	as[account.ValidationError](func(_ *fiber.Ctx, e *account.ValidationError) *web.Error {
+	web.ErrorAs[account.ValidationError](func(_ *fiber.Ctx, e *account.ValidationError) *web.Error {
 		return web.FieldError(e.Field, e.Code, e.Message)
 	}),
-	as[account.ThrottledError](throttled),
-	as[account.PasskeyError](passkeyRefused),
+	web.ErrorAs[account.ThrottledError](throttled),
+	web.ErrorAs[account.PasskeyError](passkeyRefused),
 
 	is(account.ErrInvalidCredentials, http.StatusUnauthorized, "invalid_credentials", "invalid e-mail or password"),
 	is(account.ErrInvalidSession, http.StatusUnauthorized, "invalid_session", "the session is unknown or has expired"),
@@ -73,7 +73,7 @@ var errorMap = []errorRow{
 	internal(account.ErrPasskeyMoved),
 	// SignIn's "second factor required", which signIn answers (202 with
 	// the challenge) before any error.
-	internalType[account.MFARequired](),
+	web.ErrorInternalType[account.MFARequired, *fiber.Ctx](),
 }
 
 // Errors of the HTTP layer itself, not of the account package.
@@ -90,63 +90,22 @@ func apiError(c *fiber.Ctx, err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, row := range errorMap {
-		if we, ok := row.answer(c, err); ok {
-			if we == nil {
-				return err
-			}
-			return we
-		}
+	if we, ok := web.AnswerError(errorMap, c, err); ok && we != nil {
+		return we
 	}
 	return err
 }
 
-// An errorRow answers the errors it matches (ok); a nil answer leaves the
-// error to web.ErrorHandler.
-type errorRow struct {
-	answer func(c *fiber.Ctx, err error) (we *web.Error, ok bool)
-	sample error // an error the row matches (tests)
-}
+// errorRow is a row of errorMap (web.ErrorRow).
+type errorRow = web.ErrorRow[*fiber.Ctx]
 
 // is answers errors that wrap target with a fixed status, code and message.
 func is(target error, status int, code, msg string) errorRow {
-	return errorRow{sample: target, answer: func(_ *fiber.Ctx, err error) (*web.Error, bool) {
+	return errorRow{Sample: target, Answer: func(_ *fiber.Ctx, err error) (*web.Error, bool) {
 		if !errors.Is(err, target) {
 			return nil, false
 		}
 		return &web.Error{Status: status, Code: code, Message: msg, Cause: err}, true
-	}}
-}
-
-// as answers errors of type *T from what they carry.
-func as[T any, E interface {
-	*T
-	error
-}](answer func(c *fiber.Ctx, e E) *web.Error) errorRow {
-	return errorRow{sample: E(new(T)), answer: func(c *fiber.Ctx, err error) (*web.Error, bool) {
-		var e E
-		if !errors.As(err, &e) {
-			return nil, false
-		}
-		return answer(c, e), true
-	}}
-}
-
-// internal marks an error that is never a client's answer.
-func internal(target error) errorRow {
-	return errorRow{sample: target, answer: func(_ *fiber.Ctx, err error) (*web.Error, bool) {
-		return nil, errors.Is(err, target)
-	}}
-}
-
-// internalType marks an error type that is never a client's answer.
-func internalType[T any, E interface {
-	*T
-	error
-}]() errorRow {
-	return errorRow{sample: E(new(T)), answer: func(_ *fiber.Ctx, err error) (*web.Error, bool) {
-		var e E
-		return nil, errors.As(err, &e)
 	}}
 }
 
@@ -170,3 +129,6 @@ func passkeyRefused(_ *fiber.Ctx, pe *account.PasskeyError) *web.Error {
 	}
 	return web.Errorf(status, pe.Code, what+pe.Detail)
 }
+
+// internal marks an error that is never a client's answer.
+func internal(target error) errorRow { return web.ErrorInternal[*fiber.Ctx](target) }

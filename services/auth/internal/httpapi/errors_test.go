@@ -30,13 +30,13 @@ func TestErrorMapCoversAccountErrors(t *testing.T) {
 func TestErrorMapRowsAnswerTheirOwnErrors(t *testing.T) {
 	inFiber(t, func(c *fiber.Ctx) {
 		for i, row := range errorMap {
-			err := fmt.Errorf("wrapped: %w", row.sample)
-			if _, ok := row.answer(c, err); !ok {
-				t.Errorf("row %d does not match its own error %v", i, row.sample)
+			err := fmt.Errorf("wrapped: %w", row.Sample)
+			if _, ok := row.Answer(c, err); !ok {
+				t.Errorf("row %d does not match its own error %v", i, row.Sample)
 			}
 			for j := range i {
-				if _, ok := errorMap[j].answer(c, err); ok {
-					t.Errorf("row %d (%v) is shadowed by row %d", i, row.sample, j)
+				if _, ok := errorMap[j].Answer(c, err); ok {
+					t.Errorf("row %d (%v) is shadowed by row %d", i, row.Sample, j)
 				}
 			}
 		}

@@ -25,7 +25,7 @@ var errorMap = []errorRow{
 	is(files.ErrTooLarge, http.StatusRequestEntityTooLarge, "file_too_large", "the upload exceeds the maximum size",
 		limit(func(s errScope) int64 { return s.maxFile })),
 	is(files.ErrQuotaExceeded, http.StatusRequestEntityTooLarge, "quota_exceeded", "the upload would exceed your storage quota"),
-	as[files.SourceError](func(_ errScope, e *files.SourceError) *web.Error { return malformedForm(e) }),
+	web.ErrorAs[files.SourceError](func(_ errScope, e *files.SourceError) *web.Error { return malformedForm(e) }),
 	is(files.ErrEmpty, http.StatusBadRequest, "empty_file", "the file is empty", field("file")),
 	is(files.ErrNotImage, http.StatusUnsupportedMediaType, "unsupported_image", "the file is not a JPEG, PNG, GIF or WebP image"),
 	is(files.ErrImageTooLarge, http.StatusUnprocessableEntity, "image_too_many_pixels", "the image dimensions exceed the limit",
@@ -34,7 +34,7 @@ var errorMap = []errorRow{
 		"decoding the image would need more memory than one image may use (dimensions times bytes per pixel)",
 		limit(func(s errScope) int64 { return s.maxMemory })),
 	is(files.ErrBadImage, http.StatusUnprocessableEntity, "invalid_image", "the image data is corrupt"),
-	as[files.BadLinkError](badLink),
+	web.ErrorAs[files.BadLinkError](badLink),
 	is(files.ErrBadQuota, http.StatusBadRequest, "invalid_quota", "quota must be a non-negative integer number of bytes, or null", field("quota")),
 	is(files.ErrBusy, http.StatusServiceUnavailable, "busy", "too many images are being processed, try again shortly"),
 	is(files.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "storage is unavailable, try again shortly"),
@@ -77,12 +77,7 @@ func fail(err error, s errScope) error {
 }
 
 func answer(err error, s errScope) (*web.Error, bool) {
-	for _, row := range errorMap {
-		if we, ok := row.answer(s, err); ok {
-			return we, true
-		}
-	}
-	return nil, false
+	return web.AnswerError(errorMap, s, err)
 }
 
 // ClientError is the status, code and message of err when it is a files
@@ -91,24 +86,19 @@ func answer(err error, s errScope) (*web.Error, bool) {
 // every other error.
 func ClientError(err error) (status int, code, msg string, ok bool) {
 	for _, row := range errorMap {
-		if row.fixed == nil || !errors.Is(err, row.sample) {
+		if row.Fixed == nil || !errors.Is(err, row.Sample) {
 			continue
 		}
-		if row.fixed.Status >= 500 {
+		if row.Fixed.Status >= 500 {
 			return 0, "", "", false
 		}
-		return row.fixed.Status, row.fixed.Code, row.fixed.Message, true
+		return row.Fixed.Status, row.Fixed.Code, row.Fixed.Message, true
 	}
 	return 0, "", "", false
 }
 
-// An errorRow answers the errors it matches (ok); a nil answer leaves the
-// error to web.ErrorHandler.
-type errorRow struct {
-	answer func(s errScope, err error) (we *web.Error, ok bool)
-	sample error      // an error the row matches (tests, ClientError)
-	fixed  *web.Error // status, code and message of a sentinel's row
-}
+// errorRow is a row of errorMap (web.ErrorRow).
+type errorRow = web.ErrorRow[errScope]
 
 // A detail adds what a row's answer names beyond its message.
 type detail func(s errScope, body fiber.Map)
@@ -116,7 +106,7 @@ type detail func(s errScope, body fiber.Map)
 // is answers errors that wrap target: {err: msg, code} and the details.
 func is(target error, status int, code, msg string, details ...detail) errorRow {
 	fixed := &web.Error{Status: status, Code: code, Message: msg}
-	return errorRow{sample: target, fixed: fixed, answer: func(s errScope, err error) (*web.Error, bool) {
+	return errorRow{Sample: target, Fixed: fixed, Answer: func(s errScope, err error) (*web.Error, bool) {
 		if !errors.Is(err, target) {
 			return nil, false
 		}
@@ -125,27 +115,6 @@ func is(target error, status int, code, msg string, details ...detail) errorRow 
 			d(s, body)
 		}
 		return &web.Error{Status: status, Code: code, Message: body["err"].(string), Body: body, Cause: err}, true
-	}}
-}
-
-// as answers errors of type *T from what they carry.
-func as[T any, E interface {
-	*T
-	error
-}](answer func(s errScope, e E) *web.Error) errorRow {
-	return errorRow{sample: E(new(T)), answer: func(s errScope, err error) (*web.Error, bool) {
-		var e E
-		if !errors.As(err, &e) {
-			return nil, false
-		}
-		return answer(s, e), true
-	}}
-}
-
-// internal marks an error that is never a client's answer.
-func internal(target error) errorRow {
-	return errorRow{sample: target, answer: func(_ errScope, err error) (*web.Error, bool) {
-		return nil, errors.Is(err, target)
 	}}
 }
 
@@ -195,3 +164,6 @@ func apiErr(status int, code, msg string, kv ...any) *web.Error {
 	}
 	return &web.Error{Status: status, Code: code, Message: msg, Body: body}
 }
+
+// internal marks an error that is never a client's answer.
+func internal(target error) errorRow { return web.ErrorInternal[errScope](target) }

@@ -18,8 +18,8 @@ import (
 // matches answers. A test checks that every exported error of the logs
 // package has a row.
 var errorMap = []errorRow{
-	as[logs.UnknownAppError](unknownApp),
-	as[logs.InvalidError](invalidField),
+	web.ErrorAs[logs.UnknownAppError](unknownApp),
+	web.ErrorAs[logs.InvalidError](invalidField),
 	is(logs.ErrNotFound, http.StatusNotFound, "cursor_not_found", "before", "no log record with the id given in before"),
 	is(logs.ErrCursorMismatch, http.StatusBadRequest, "cursor_mismatch", "before", "before must be the id of a record of the type (and app) being listed"),
 	invalidQuery(logs.ErrSearchEmpty),
@@ -27,7 +27,7 @@ var errorMap = []errorRow{
 	invalidQuery(logs.ErrSearchQuote),
 	invalidQuery(logs.ErrSearchTerms),
 	invalidQuery(logs.ErrSearchEncoding),
-	{sample: otlpingest.ErrBadRequest, answer: func(_ errScope, err error) (*web.Error, bool) {
+	{Sample: otlpingest.ErrBadRequest, Answer: func(_ errScope, err error) (*web.Error, bool) {
 		if !errors.Is(err, otlpingest.ErrBadRequest) {
 			return nil, false
 		}
@@ -67,28 +67,19 @@ type errScope struct {
 // fail answers err as errorMap says; errors without a row pass through
 // to web.ErrorHandler (503 for outages, 500 otherwise).
 func fail(err error, s errScope) error {
-	for _, row := range errorMap {
-		if we, ok := row.answer(s, err); ok {
-			if we == nil {
-				return err
-			}
-			return we
-		}
+	if we, ok := web.AnswerError(errorMap, s, err); ok && we != nil {
+		return we
 	}
 	return err
 }
 
-// An errorRow answers the errors it matches (ok); a nil answer leaves the
-// error to web.ErrorHandler.
-type errorRow struct {
-	answer func(s errScope, err error) (we *web.Error, ok bool)
-	sample error // an error the row matches (tests)
-}
+// errorRow is a row of errorMap (web.ErrorRow).
+type errorRow = web.ErrorRow[errScope]
 
 // is answers errors that wrap target with a fixed status and code, naming
 // the query parameter at fault.
 func is(target error, status int, code, field, msg string) errorRow {
-	return errorRow{sample: target, answer: func(_ errScope, err error) (*web.Error, bool) {
+	return errorRow{Sample: target, Answer: func(_ errScope, err error) (*web.Error, bool) {
 		if !errors.Is(err, target) {
 			return nil, false
 		}
@@ -98,32 +89,11 @@ func is(target error, status int, code, field, msg string) errorRow {
 
 // invalidQuery answers a ?q= that does not parse, in the parser's words.
 func invalidQuery(target error) errorRow {
-	return errorRow{sample: target, answer: func(_ errScope, err error) (*web.Error, bool) {
+	return errorRow{Sample: target, Answer: func(_ errScope, err error) (*web.Error, bool) {
 		if !errors.Is(err, target) {
 			return nil, false
 		}
 		return web.FieldError("q", "invalid_query", err.Error()), true
-	}}
-}
-
-// as answers errors of type *T from what they carry.
-func as[T any, E interface {
-	*T
-	error
-}](answer func(s errScope, e E) *web.Error) errorRow {
-	return errorRow{sample: E(new(T)), answer: func(s errScope, err error) (*web.Error, bool) {
-		var e E
-		if !errors.As(err, &e) {
-			return nil, false
-		}
-		return answer(s, e), true
-	}}
-}
-
-// internal marks an error that is never a client's answer.
-func internal(target error) errorRow {
-	return errorRow{sample: target, answer: func(_ errScope, err error) (*web.Error, bool) {
-		return nil, errors.Is(err, target)
 	}}
 }
 
@@ -160,3 +130,6 @@ func invalidType(typ string) *web.Error {
 		"knownTypes": logs.Types,
 	}}
 }
+
+// internal marks an error that is never a client's answer.
+func internal(target error) errorRow { return web.ErrorInternal[errScope](target) }

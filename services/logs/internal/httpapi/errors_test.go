@@ -30,13 +30,13 @@ func TestErrorMapCoversDomainErrors(t *testing.T) {
 // also when wrapped.
 func TestErrorMapRowsAnswerTheirOwnErrors(t *testing.T) {
 	for i, row := range errorMap {
-		err := fmt.Errorf("wrapped: %w", row.sample)
-		if _, ok := row.answer(errScope{}, err); !ok {
-			t.Errorf("row %d does not match its own error %v", i, row.sample)
+		err := fmt.Errorf("wrapped: %w", row.Sample)
+		if _, ok := row.Answer(errScope{}, err); !ok {
+			t.Errorf("row %d does not match its own error %v", i, row.Sample)
 		}
 		for j := range i {
-			if _, ok := errorMap[j].answer(errScope{}, err); ok {
-				t.Errorf("row %d (%v) is shadowed by row %d", i, row.sample, j)
+			if _, ok := errorMap[j].Answer(errScope{}, err); ok {
+				t.Errorf("row %d (%v) is shadowed by row %d", i, row.Sample, j)
 			}
 		}
 	}
