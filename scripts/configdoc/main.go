@@ -13,12 +13,13 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/acme/platform/scripts/stack"
 )
 
 // owners are the module directories and packages whose
@@ -42,7 +43,7 @@ func main() {
 }
 
 func run(check bool) error {
-	root, err := repoRoot()
+	root, err := stack.Root()
 	if err != nil {
 		return err
 	}
@@ -66,23 +67,4 @@ func run(check bool) error {
 		return fmt.Errorf("failed in %v", failed)
 	}
 	return nil
-}
-
-// repoRoot is the nearest directory above the working directory that
-// holds go.work.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.work above the working directory: run it inside the repository")
-		}
-		dir = parent
-	}
 }
