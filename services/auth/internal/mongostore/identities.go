@@ -72,6 +72,11 @@ func fromIdentityDoc(d identityDoc) account.Identity {
 // Create implements account.IdentityStore.
 func (s *Identities) Create(ctx context.Context, i account.Identity) (account.Identity, error) {
 	i.ID = identityKey(i.Issuer, i.Subject)
+	return s.insert(ctx, i)
+}
+
+// insert writes i; ErrIdentityTaken when its _id is.
+func (s *Identities) insert(ctx context.Context, i account.Identity) (account.Identity, error) {
 	_, err := s.c.InsertOne(ctx, toIdentityDoc(i))
 	if mongox.IsDuplicate(err) {
 		return account.Identity{}, account.ErrIdentityTaken
@@ -127,14 +132,7 @@ func (s *Identities) Delete(ctx context.Context, userID, id string) error {
 // Invite implements account.IdentityStore.
 func (s *Identities) Invite(ctx context.Context, i account.Identity) (account.Identity, error) {
 	i.ID, i.Pending, i.Issuer, i.Subject = invitationKey(i.Provider, i.Email), true, "", ""
-	_, err := s.c.InsertOne(ctx, toIdentityDoc(i))
-	if mongox.IsDuplicate(err) {
-		return account.Identity{}, account.ErrIdentityTaken
-	}
-	if err != nil {
-		return account.Identity{}, err
-	}
-	return i, nil
+	return s.insert(ctx, i)
 }
 
 // Invitation implements account.IdentityStore.
