@@ -171,7 +171,7 @@ func run(ctx context.Context, getenv func(string) string, out io.Writer) (bool, 
 	defer cancel()
 	jobs := make(chan int, 64)
 	var wg sync.WaitGroup
-	for range 32 {
+	for range workers(cfg.rate) {
 		wg.Go(func() {
 			for n := range jobs {
 				l.one(n)
@@ -238,6 +238,12 @@ loop:
 	return report(out, cfg, l, samples, svcOut), nil
 }
 
+// workers is the size of the pool sending the load: a quarter of a
+// second of requests at rate (at least 32), so that a tick is late only
+// when the platform has fallen that far behind, not whenever a few slow
+// answers are in flight.
+func workers(rate int) int { return max(32, rate/4) }
+
 // user is a signed-in user with the files it uploaded.
 type user struct {
 	email string
@@ -268,12 +274,17 @@ var mix = []struct {
 	name   string
 	weight int
 }{
-	{"POST /signin", 8}, {"GET /me", 32}, {"POST /upload/file", 12}, {"GET /download/file", 18},
+	{"POST /signin", 3}, {"GET /me", 37}, {"POST /upload/file", 12}, {"GET /download/file", 18},
 	{"log publish", 20}, {"GET /log/log/1", 10},
 }
 
+// one sends request n: its operation by n's place in a block of 100 (each
+// share of the mix exactly per 100), its user shifted by one each block
+// so that every user comes to every operation (a user chosen by n alone
+// would always get the same one or two, and the users that upload would
+// never be the ones that download).
 func (l *load) one(n int) {
-	u := l.users[n%len(l.users)]
+	u := l.users[(n+n/100)%len(l.users)]
 	k := (n * 37) % 100
 	var name string
 	for _, m := range mix {

@@ -127,6 +127,12 @@ type ThrottleRule struct {
 	LockMax time.Duration
 }
 
+// ThrottleRequest is one key to admit an attempt of, under its rule.
+type ThrottleRequest struct {
+	Key  string
+	Rule ThrottleRule
+}
+
 // Ticket is one admitted attempt of a throttle key: it counts until it is
 // released (the attempt did not fail). Fresh: the key had no other attempt
 // and no lock when it was admitted (a success then needs no Reset).
@@ -141,11 +147,13 @@ type Ticket struct {
 // mail), so that N concurrent attempts never do the work more than Max
 // times in a window, on every server the store runs on.
 type ThrottleStore interface {
-	// Admit reserves one attempt of key under rule: a Ticket, or
-	// *ThrottledError when the key is locked or its attempts are used up.
-	Admit(ctx context.Context, key string, rule ThrottleRule, now time.Time) (Ticket, error)
-	// Release gives an admitted attempt back (it did not fail).
-	Release(ctx context.Context, t Ticket) error
+	// Admit reserves one attempt of each request's key under its rule, all
+	// or none: a Ticket per request, in order, or *ThrottledError (Key
+	// naming the key refused) when a key is locked or its attempts are used
+	// up, and then no attempt is counted.
+	Admit(ctx context.Context, now time.Time, reqs ...ThrottleRequest) ([]Ticket, error)
+	// Release gives admitted attempts back (they did not fail).
+	Release(ctx context.Context, tickets ...Ticket) error
 	// Check returns, for each key with state, the time its lock ends (zero
 	// or past when not locked). It reserves nothing.
 	Check(ctx context.Context, keys []string) (map[string]time.Time, error)
@@ -207,6 +215,7 @@ var (
 type ThrottledError struct {
 	RetryAfter time.Duration
 	What       string // "" is "too many failed sign-ins"
+	Key        string // the key refused, when the store knows it (never shown)
 }
 
 func (e *ThrottledError) Error() string {

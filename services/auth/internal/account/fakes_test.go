@@ -164,13 +164,26 @@ type throttleStore struct {
 	released []string // keys, in order
 }
 
-func (f *throttleStore) Admit(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) (account.Ticket, error) {
+func (f *throttleStore) Admit(ctx context.Context, now time.Time, reqs ...account.ThrottleRequest) ([]account.Ticket, error) {
+	var tks []account.Ticket
+	for _, r := range reqs {
+		tk, err := f.admit(ctx, r.Key, r.Rule, now)
+		if err != nil {
+			_ = f.Release(ctx, tks...) // all or none
+			return nil, err
+		}
+		tks = append(tks, tk)
+	}
+	return tks, nil
+}
+
+func (f *throttleStore) admit(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) (account.Ticket, error) {
 	locks, err := f.Check(ctx, []string{key})
 	if err != nil {
 		return account.Ticket{}, err
 	}
 	if until, ok := locks[key]; ok && until.After(now) {
-		return account.Ticket{}, &account.ThrottledError{RetryAfter: until.Sub(now)}
+		return account.Ticket{}, &account.ThrottledError{RetryAfter: until.Sub(now), Key: key}
 	}
 	if f.FailFn != nil {
 		if err := f.FailFn(ctx, key, rule, now); err != nil {
@@ -182,8 +195,10 @@ func (f *throttleStore) Admit(ctx context.Context, key string, rule account.Thro
 	return account.Ticket{Key: key, Slot: key + "#1"}, nil
 }
 
-func (f *throttleStore) Release(_ context.Context, t account.Ticket) error {
-	f.released = append(f.released, t.Key)
+func (f *throttleStore) Release(_ context.Context, tks ...account.Ticket) error {
+	for _, t := range tks {
+		f.released = append(f.released, t.Key)
+	}
 	return nil
 }
 

@@ -86,22 +86,30 @@ type fakeThrottle struct {
 	CheckFn func(keys []string) map[string]time.Time
 }
 
-func (f *fakeThrottle) Admit(_ context.Context, key string, _ ThrottleRule, now time.Time) (Ticket, error) {
+func (f *fakeThrottle) Admit(ctx context.Context, now time.Time, reqs ...ThrottleRequest) ([]Ticket, error) {
 	if f.CheckFn != nil {
-		if until, ok := f.CheckFn([]string{key})[key]; ok && until.After(now) {
-			return Ticket{}, &ThrottledError{RetryAfter: until.Sub(now)}
+		for _, r := range reqs {
+			if until, ok := f.CheckFn([]string{r.Key})[r.Key]; ok && until.After(now) {
+				return nil, &ThrottledError{RetryAfter: until.Sub(now), Key: r.Key}
+			}
 		}
 	}
 	if f.held == nil {
 		f.held = map[string]string{}
 	}
-	f.n++
-	slot := fmt.Sprintf("%s#%d", key, f.n)
-	f.held[slot] = key
-	return Ticket{Key: key, Slot: slot, Fresh: true}, nil
+	var tks []Ticket
+	for _, r := range reqs {
+		f.n++
+		slot := fmt.Sprintf("%s#%d", r.Key, f.n)
+		f.held[slot] = r.Key
+		tks = append(tks, Ticket{Key: r.Key, Slot: slot, Fresh: true})
+	}
+	return tks, nil
 }
-func (f *fakeThrottle) Release(_ context.Context, t Ticket) error {
-	delete(f.held, t.Slot)
+func (f *fakeThrottle) Release(_ context.Context, tks ...Ticket) error {
+	for _, t := range tks {
+		delete(f.held, t.Slot)
+	}
 	return nil
 }
 func (f *fakeThrottle) Check(_ context.Context, keys []string) (map[string]time.Time, error) {

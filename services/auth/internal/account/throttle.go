@@ -17,28 +17,28 @@ type throttleKey struct {
 type admission []Ticket
 
 // admit reserves one attempt under each key (a rule with Max <= 0 is off)
-// before the work the keys guard. When one key refuses (*ThrottledError),
-// the tickets taken from the others are given back: the attempt did not
-// happen. An admitted attempt counts until release or succeeded gives it
-// back, so a failure needs no further write, and N concurrent attempts
-// never do the guarded work more than Max times.
+// before the work the keys guard, all or none: when one key refuses
+// (*ThrottledError), the attempt did not happen under any. An admitted
+// attempt counts until release or succeeded gives it back, so a failure
+// needs no further write, and N concurrent attempts never do the guarded
+// work more than Max times.
 func (s *Service) admit(ctx context.Context, keys ...throttleKey) (admission, error) {
-	var a admission
-	t := s.now()
+	reqs := make([]ThrottleRequest, 0, len(keys))
 	for _, k := range keys {
-		if k.rule.Max <= 0 {
-			continue
+		if k.rule.Max > 0 {
+			reqs = append(reqs, ThrottleRequest{Key: k.key, Rule: k.rule})
 		}
-		tk, err := s.throttle.Admit(ctx, k.key, k.rule, t)
-		if err != nil {
-			s.release(ctx, a)
-			var te *ThrottledError
-			if errors.As(err, &te) && te.What == "" {
-				te.What = throttledWhat(k.key)
-			}
-			return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	a, err := s.throttle.Admit(ctx, s.now(), reqs...)
+	if err != nil {
+		var te *ThrottledError
+		if errors.As(err, &te) && te.What == "" {
+			te.What = throttledWhat(te.Key)
 		}
-		a = append(a, tk)
+		return nil, err
 	}
 	return a, nil
 }
@@ -46,11 +46,11 @@ func (s *Service) admit(ctx context.Context, keys ...throttleKey) (admission, er
 // release gives back every attempt of a: it did not fail (it was not
 // decided, or it succeeded and the keys count attempts only when they fail).
 func (s *Service) release(ctx context.Context, a admission) {
-	ctx = context.WithoutCancel(ctx)
-	for _, tk := range a {
-		if err := s.throttle.Release(ctx, tk); err != nil {
-			s.log.WarnContext(ctx, "release throttle ticket", "err", err)
-		}
+	if len(a) == 0 {
+		return
+	}
+	if err := s.throttle.Release(context.WithoutCancel(ctx), a...); err != nil {
+		s.log.WarnContext(ctx, "release throttle tickets", "err", err)
 	}
 }
 

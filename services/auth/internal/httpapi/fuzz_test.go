@@ -191,10 +191,14 @@ func (s *memSessions) CountLive(context.Context, time.Time, time.Time) (int64, e
 
 type memThrottle struct{}
 
-func (memThrottle) Admit(_ context.Context, key string, _ account.ThrottleRule, _ time.Time) (account.Ticket, error) {
-	return account.Ticket{Key: key}, nil
+func (memThrottle) Admit(_ context.Context, _ time.Time, reqs ...account.ThrottleRequest) ([]account.Ticket, error) {
+	tks := make([]account.Ticket, len(reqs))
+	for i, r := range reqs {
+		tks[i] = account.Ticket{Key: r.Key}
+	}
+	return tks, nil
 }
-func (memThrottle) Release(context.Context, account.Ticket) error                 { return nil }
+func (memThrottle) Release(context.Context, ...account.Ticket) error              { return nil }
 func (memThrottle) Check(context.Context, []string) (map[string]time.Time, error) { return nil, nil }
 func (memThrottle) Reset(context.Context, string, time.Time) error                { return nil }
 func (memThrottle) Forget(context.Context, time.Time, time.Time) error            { return nil }

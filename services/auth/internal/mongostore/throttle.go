@@ -35,10 +35,11 @@ import (
 // find a round full and by Reset, and a lost or doubled write there can
 // lengthen or shorten a lock but never admit an attempt beyond the slots.
 //
-// Every read on the request path is by exact _id (the only query FerretDB
-// answers from an index). Expiry is the service's: slots carry the end of
-// their window and are ignored after it (the window index changes), and
-// Forget deletes what has expired.
+// Every read and delete on the request path is by _id (one value or $in):
+// a sign-in reads both its keys' states at once and gives both slots back
+// with one delete. Expiry is the service's: slots carry the end of their
+// window and are ignored after it (the window index changes), and Forget
+// deletes what has expired.
 type Throttle struct{ c *mongo.Collection }
 
 // NewThrottle returns the throttle store of db.
@@ -73,17 +74,29 @@ type throttleSlot struct {
 	Expires time.Time `bson:"expires"`
 }
 
-func (t *Throttle) state(ctx context.Context, key string) (throttleState, bool, error) {
-	var st throttleState
-	err := t.c.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&st)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return throttleState{ID: key}, false, nil
+// states reads the state documents of keys in one round trip: by key,
+// those that exist.
+func (t *Throttle) states(ctx context.Context, keys []string) (map[string]throttleState, error) {
+	var filter bson.D
+	if len(keys) == 1 {
+		filter = bson.D{{Key: "_id", Value: keys[0]}}
+	} else {
+		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}}
 	}
+	cur, err := t.c.Find(ctx, filter)
 	if err != nil {
-		return throttleState{}, false, err
+		return nil, err
 	}
-	st.LockedUntil = st.LockedUntil.UTC()
-	return st, true, nil
+	var docs []throttleState
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	out := make(map[string]throttleState, len(docs))
+	for _, st := range docs {
+		st.LockedUntil = st.LockedUntil.UTC()
+		out[st.ID] = st
+	}
+	return out, nil
 }
 
 // windowOf returns the index of the fixed window of length w holding now,
@@ -97,19 +110,51 @@ func windowOf(now time.Time, w time.Duration) (int64, time.Time) {
 	return idx, time.UnixMilli((idx + 1) * ms).UTC()
 }
 
-// Admit implements account.ThrottleStore.
-func (t *Throttle) Admit(ctx context.Context, key string, rule account.ThrottleRule, now time.Time) (account.Ticket, error) {
-	st, exists, err := t.state(ctx, key)
+// Admit implements account.ThrottleStore: one read of every key's state,
+// then the slots of each key in turn; a key that refuses gives back the
+// slots taken for the keys before it.
+func (t *Throttle) Admit(ctx context.Context, now time.Time, reqs ...account.ThrottleRequest) ([]account.Ticket, error) {
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	states, err := t.states(ctx, keys)
 	if err != nil {
-		return account.Ticket{}, err
+		return nil, err
 	}
-	if st.LockedUntil.After(now) {
-		return account.Ticket{}, &account.ThrottledError{RetryAfter: st.LockedUntil.Sub(now)}
+	for _, r := range reqs { // a locked key refuses before any slot is taken
+		if st := states[r.Key]; st.LockedUntil.After(now) {
+			return nil, &account.ThrottledError{RetryAfter: st.LockedUntil.Sub(now), Key: r.Key}
+		}
 	}
+	tickets := make([]account.Ticket, 0, len(reqs))
+	for _, r := range reqs {
+		st, exists := states[r.Key]
+		if !exists {
+			st = throttleState{ID: r.Key}
+		}
+		tk, err := t.admit(ctx, st, exists, r.Rule, now)
+		if err != nil {
+			if rerr := t.Release(context.WithoutCancel(ctx), tickets...); rerr != nil {
+				return nil, errors.Join(err, rerr)
+			}
+			return nil, err
+		}
+		tickets = append(tickets, tk)
+	}
+	return tickets, nil
+}
+
+// admit takes a slot of the key of st (read before, exists when it was
+// there), or locks the key when every slot of its round is taken.
+func (t *Throttle) admit(ctx context.Context, st throttleState, exists bool, rule account.ThrottleRule, now time.Time) (account.Ticket, error) {
 	w, end := windowOf(now, rule.Window)
-	a := attempt{t: t, key: key, now: now, end: end,
-		prefix: key + "#" + st.Gen + "#" + strconv.Itoa(st.Round) + "#" + strconv.FormatInt(w, 10) + "#"}
-	var tk account.Ticket
+	a := attempt{t: t, key: st.ID, now: now, end: end,
+		prefix: st.ID + "#" + st.Gen + "#" + strconv.Itoa(st.Round) + "#" + strconv.FormatInt(w, 10) + "#"}
+	var (
+		tk  account.Ticket
+		err error
+	)
 	if rule.Max <= sequentialMax {
 		tk, err = a.probeAll(ctx, rule.Max, !exists || st.Round == 0)
 	} else {
@@ -212,7 +257,7 @@ func (a attempt) probeRandom(ctx context.Context, max int) (account.Ticket, erro
 // again.
 func (t *Throttle) lock(ctx context.Context, st throttleState, exists bool, rule account.ThrottleRule, now, end time.Time) error {
 	if rule.Lock <= 0 {
-		return &account.ThrottledError{RetryAfter: end.Sub(now)}
+		return &account.ThrottledError{RetryAfter: end.Sub(now), Key: st.ID}
 	}
 	lock := rule.Lock
 	for i := 0; i < st.Round && (rule.LockMax <= 0 || lock < rule.LockMax); i++ {
@@ -237,7 +282,7 @@ func (t *Throttle) lock(ctx context.Context, st throttleState, exists bool, rule
 			return err
 		}
 	}
-	return &account.ThrottledError{RetryAfter: lock}
+	return &account.ThrottledError{RetryAfter: lock, Key: st.ID}
 }
 
 // inFlightFor is how long after its admission a slot may belong to an
@@ -274,26 +319,37 @@ func (t *Throttle) inFlight(ctx context.Context, prefix string, max int, now tim
 	return false, nil
 }
 
-// Release implements account.ThrottleStore.
-func (t *Throttle) Release(ctx context.Context, tk account.Ticket) error {
-	if tk.Slot == "" {
-		return nil
+// Release implements account.ThrottleStore: one delete of every slot.
+func (t *Throttle) Release(ctx context.Context, tickets ...account.Ticket) error {
+	slots := make([]string, 0, len(tickets))
+	for _, tk := range tickets {
+		if tk.Slot != "" {
+			slots = append(slots, tk.Slot)
+		}
 	}
-	_, err := t.c.DeleteOne(ctx, bson.D{{Key: "_id", Value: tk.Slot}})
+	var err error
+	switch len(slots) {
+	case 0:
+	case 1:
+		_, err = t.c.DeleteOne(ctx, bson.D{{Key: "_id", Value: slots[0]}})
+	default:
+		_, err = t.c.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: slots}}}})
+	}
 	return err
 }
 
 // Check implements account.ThrottleStore.
 func (t *Throttle) Check(ctx context.Context, keys []string) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(keys))
-	for _, k := range keys {
-		st, exists, err := t.state(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		if exists {
-			out[k] = st.LockedUntil
-		}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	states, err := t.states(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	for k, st := range states {
+		out[k] = st.LockedUntil
 	}
 	return out, nil
 }

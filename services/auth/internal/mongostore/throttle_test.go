@@ -3,6 +3,7 @@ package mongostore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +34,7 @@ func admitMany(t *testing.T, th *mongostore.Throttle, key string, n int, rule ac
 		go func() {
 			defer wg.Done()
 			<-start
-			tk, err := th.Admit(context.Background(), key, rule, now)
+			tk, err := admitOne(context.Background(), th, key, rule, now)
 			var te *account.ThrottledError
 			switch {
 			case err == nil:
@@ -69,7 +70,7 @@ func TestThrottleConcurrentFailures(t *testing.T) {
 			t.Fatalf("40 concurrent attempts, limit %d: %d admitted, %d throttled", throttleRule.Max, len(tickets), throttled)
 		}
 		// The key is now locked: the next attempt is refused at once.
-		if _, err := th.Admit(context.Background(), key, throttleRule, now.Add(time.Second)); !isThrottled(err) {
+		if _, err := admitOne(context.Background(), th, key, throttleRule, now.Add(time.Second)); !isThrottled(err) {
 			t.Fatalf("attempt after the limit: %v, want throttled", err)
 		}
 	}
@@ -91,18 +92,13 @@ func TestThrottleConcurrentTOTPCodes(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			a, err := th.Admit(context.Background(), "address:192.0.2.9", address, now)
+			_, err := th.Admit(context.Background(), now,
+				account.ThrottleRequest{Key: "address:192.0.2.9", Rule: address},
+				account.ThrottleRequest{Key: "account:totp", Rule: throttleRule})
 			if err != nil {
 				if !isThrottled(err) {
 					t.Error(err)
 				}
-				return
-			}
-			if _, err := th.Admit(context.Background(), "account:totp", throttleRule, now); err != nil {
-				if !isThrottled(err) {
-					t.Error(err)
-				}
-				_ = th.Release(context.Background(), a) // not attempted
 				return
 			}
 			checked.Add(1) // the code would be checked here, and be wrong
@@ -112,6 +108,73 @@ func TestThrottleConcurrentTOTPCodes(t *testing.T) {
 	wg.Wait()
 	if n := checked.Load(); n != int32(throttleRule.Max) {
 		t.Fatalf("40 concurrent codes: %d checked, want exactly %d", n, throttleRule.Max)
+	}
+}
+
+// admitOne admits one attempt of key.
+func admitOne(ctx context.Context, th *mongostore.Throttle, key string, rule account.ThrottleRule, now time.Time) (account.Ticket, error) {
+	tks, err := th.Admit(ctx, now, account.ThrottleRequest{Key: key, Rule: rule})
+	if err != nil {
+		return account.Ticket{}, err
+	}
+	if len(tks) != 1 {
+		return account.Ticket{}, fmt.Errorf("%d tickets for one key", len(tks))
+	}
+	return tks[0], nil
+}
+
+// Two keys at once (a sign-in's account and address) are admitted all or
+// none: a second key that refuses names itself and leaves no slot of the
+// first taken, whether it was locked before the attempt or found full by
+// it; two tickets go back with one Release.
+func TestThrottleAdmitsAllOrNone(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	earlier := now.Add(-10 * time.Second) // same window, no longer in flight
+	acct := account.ThrottleRequest{Key: "account:both", Rule: throttleRule}
+	locked := account.ThrottleRequest{Key: "address:192.0.2.44", Rule: throttleRule}
+	full := account.ThrottleRequest{Key: "address:192.0.2.46", Rule: account.ThrottleRule{Max: 5, Window: time.Hour}}
+	for range throttleRule.Max {
+		if _, err := admitOne(ctx, th, locked.Key, locked.Rule, earlier); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admitOne(ctx, th, full.Key, full.Rule, earlier); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admitOne(ctx, th, locked.Key, locked.Rule, now); !isThrottled(err) {
+		t.Fatalf("the sixth attempt: %v, want the address locked", err)
+	}
+	for _, second := range []account.ThrottleRequest{locked, full} {
+		_, err := th.Admit(ctx, now, acct, second)
+		var te *account.ThrottledError
+		if !errors.As(err, &te) || te.Key != second.Key {
+			t.Fatalf("account and %s: %v, want throttled naming it", second.Key, err)
+		}
+		// Nothing of the account was kept: its next ticket takes slot 1.
+		tk, err := admitOne(ctx, th, acct.Key, acct.Rule, now)
+		if err != nil || !tk.Fresh {
+			t.Fatalf("the account after a refused pair with %s: %+v %v, want a fresh ticket", second.Key, tk, err)
+		}
+		if err := th.Release(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Both admitted, both given back at once: both fresh again.
+	other := account.ThrottleRequest{Key: "address:192.0.2.45", Rule: throttleRule}
+	tks, err := th.Admit(ctx, now, acct, other)
+	if err != nil || len(tks) != 2 || tks[0].Key != acct.Key || tks[1].Key != other.Key {
+		t.Fatalf("a free pair: %+v %v", tks, err)
+	}
+	if err := th.Release(ctx, tks...); err != nil {
+		t.Fatal(err)
+	}
+	again, err := th.Admit(ctx, now, acct, other)
+	if err != nil || !again[0].Fresh || !again[1].Fresh {
+		t.Fatalf("after releasing both: %+v %v, want both fresh", again, err)
 	}
 }
 
@@ -127,7 +190,7 @@ func TestThrottleLifecycle(t *testing.T) {
 	rule := account.ThrottleRule{Max: 3, Window: time.Hour, Lock: time.Minute, LockMax: 3 * time.Minute}
 	// Inside one window, so the test does not straddle two.
 	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
-	admit := func(key string, at time.Time) (account.Ticket, error) { return th.Admit(ctx, key, rule, at) }
+	admit := func(key string, at time.Time) (account.Ticket, error) { return admitOne(ctx, th, key, rule, at) }
 
 	// A released attempt (a success) does not count; a kept one does.
 	for range 5 {
@@ -206,7 +269,7 @@ func TestThrottleLargeLimitNeverExceeded(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
 	admitted := 0
 	for range 300 {
-		if _, err := th.Admit(context.Background(), "cap", rule, now); err == nil {
+		if _, err := admitOne(context.Background(), th, "cap", rule, now); err == nil {
 			admitted++
 		} else if !isThrottled(err) {
 			t.Fatal(err)
@@ -229,7 +292,7 @@ func TestThrottleConcurrentSuccessesWait(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 12 {
 		wg.Go(func() {
-			tk, err := th.Admit(ctx, "acct:ok", throttleRule, now)
+			tk, err := admitOne(ctx, th, "acct:ok", throttleRule, now)
 			if err != nil {
 				t.Errorf("admit: %v", err)
 				return
