@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,6 +190,23 @@ func TestFerretDBPushdown(t *testing.T) {
 	}
 	if after := scans(t); len(after) != before {
 		t.Fatalf("the count of the collection read it: %v", after[before:])
+	}
+	// The count stays exact through inserts, deletes, a drop and a new
+	// collection of the same name (the count is kept by triggers).
+	if _, err := c.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: "c1"}}, bson.D{{Key: "_id", Value: "c2"}}, bson.D{{Key: "_id", Value: "c3"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"c1", "c3", "c-absent"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.EstimatedDocumentCount(ctx); err != nil || n != 2005 {
+		t.Fatalf("count after 3 inserts and 2 deletes: %d, %v; want 2005", n, err)
+	}
+	if _, err := c.DeleteOne(ctx, bson.D{{Key: "_id", Value: "c2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.EstimatedDocumentCount(ctx); err != nil || n != 2004 {
+		t.Fatalf("count after one more delete: %d, %v; want 2004", n, err)
 	}
 	if n, err := c.CountDocuments(ctx, bson.D{{Key: "owner", Value: "u007"}}); err != nil || n != 21 {
 		t.Fatalf("count of u007: %d, %v; want 21", n, err)
@@ -386,5 +404,59 @@ func TestFerretDBUpdatesAreAtomic(t *testing.T) {
 	}
 	if final.V != workers*each {
 		t.Fatalf("after %d concurrent increments the counter is %d", workers*each, final.V)
+	}
+}
+
+// TestFerretDBCountAfterDrop: the constant-time count of a collection is
+// right again for a new collection of a dropped one's name (the dropped
+// table took its triggers with it, and the count left behind is not used),
+// and stays right under concurrent inserts and deletes.
+func TestFerretDBCountAfterDrop(t *testing.T) {
+	db := pushdownDB(t)
+	ctx := context.Background()
+	c := db.Collection("counted")
+	docs := func(prefix string, n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = bson.D{{Key: "_id", Value: fmt.Sprintf("%s%03d", prefix, i)}}
+		}
+		return out
+	}
+	if _, err := c.InsertMany(ctx, docs("a", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.EstimatedDocumentCount(ctx); err != nil || n != 5 {
+		t.Fatalf("count: %d, %v; want 5", n, err)
+	}
+	if err := c.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.InsertMany(ctx, docs("b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.EstimatedDocumentCount(ctx); err != nil || n != 2 {
+		t.Fatalf("count of the new collection: %d, %v; want 2", n, err)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 25 {
+				id := fmt.Sprintf("w%d-%02d", w, i)
+				if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%5 == 0 {
+					if _, err := c.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n, err := c.EstimatedDocumentCount(ctx); err != nil || n != 2+4*20 {
+		t.Fatalf("count after concurrent writes: %d, %v; want %d", n, err, 2+4*20)
 	}
 }
