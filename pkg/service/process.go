@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -135,20 +133,4 @@ func (p *Process) Stop(err error) error {
 	p.Log.Info("stopped", "err", err)
 	p.Close()
 	return err
-}
-
-// SetMemoryLimit sets the Go runtime's soft memory limit (the heap the
-// collector keeps the process under) to bytes, in a service's own binary
-// only (Main), and not when the GOMEMLIMIT environment variable set one:
-// that wins, as the runtime documents. A limit <= 0 sets nothing.
-func (p *Process) SetMemoryLimit(bytes int64) {
-	if !ownProcess || bytes <= 0 {
-		return
-	}
-	if os.Getenv("GOMEMLIMIT") != "" {
-		p.Log.Info("memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
-		return
-	}
-	debug.SetMemoryLimit(bytes)
-	p.Log.Debug("memory limit", "bytes", bytes)
 }

@@ -20,11 +20,6 @@ import (
 	"github.com/acme/platform/pkg/healthcheck"
 )
 
-// ownProcess is true in a service's own binary (Main ran): process-wide
-// runtime settings (Process.SetMemoryLimit) apply there only, never to a
-// test process that runs services in it.
-var ownProcess bool
-
 // RunFunc is each binary's internal/app.Run.
 type RunFunc func(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(addr string)) error
 
@@ -36,7 +31,6 @@ func Main(name, prefix string, settings config.Table, run RunFunc) {
 		addr := config.New(prefix, os.Getenv, settings).String("ADDR")
 		os.Exit(healthcheck.Probe(addr, addr, os.Stderr))
 	}
-	ownProcess = true
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Getenv, os.Stdout, nil)
 	stop()

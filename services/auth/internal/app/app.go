@@ -50,7 +50,6 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return err
 	}
 	defer p.Close() // on an early return; Stop below on a normal one
-	p.SetMemoryLimit(cfg.MemoryLimit)
 	for _, pr := range cfg.providerReaders {
 		pr.Log(p.Log) // each identity provider's settings, secrets masked
 	}

@@ -34,7 +34,6 @@ var Settings = config.Table{
 	{Key: "ARGON2_TIME", Kind: config.Int, Default: strconv.Itoa(int(password.OWASP.Time)), Doc: "argon2id passes"},
 	{Key: "ARGON2_THREADS", Kind: config.Int, Default: strconv.Itoa(int(password.OWASP.Threads)), Doc: "argon2id parallelism"},
 	{Key: "HASH_CONCURRENCY", Kind: config.Int, Default: strconv.Itoa(runtime.NumCPU()), DefaultDoc: "number of CPUs", Doc: "hashes running at once"},
-	{Key: "MEMORY_LIMIT", Kind: config.Size, Default: "0", DefaultDoc: "48 MiB + 2 × `AUTH_HASH_CONCURRENCY` × `AUTH_ARGON2_MEMORY_KIB`", Doc: "soft limit of the Go heap (the collector runs sooner as it nears it, so argon2id's buffers never pile up past it); `0` computes the default; the runtime's own `GOMEMLIMIT` wins when set"},
 	{Key: "SESSION_TTL", Kind: config.Duration, Default: "168h", Doc: "absolute session lifetime (and cookie Max-Age)"},
 	{Key: "SESSION_IDLE", Kind: config.Duration, Default: "24h", Doc: "idle timeout of a session"},
 	{Key: "SESSION_TOUCH_INTERVAL", Kind: config.Duration, Default: "1m", Doc: "`lastSeenAt` is written at most this often per session"},
@@ -117,7 +116,6 @@ type Config struct {
 	AdminPassword   string
 	Argon2          password.Params
 	HashConcurrency int
-	MemoryLimit     int64 // bytes; see memoryLimit
 	Account         account.Config
 	SweepInterval   time.Duration
 	RequestTimeout  time.Duration
@@ -168,7 +166,6 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 	}
 	c.argon2 = [3]int{r.Int("ARGON2_MEMORY_KIB"), r.Int("ARGON2_TIME"), r.Int("ARGON2_THREADS")}
 	c.HashConcurrency = r.Int("HASH_CONCURRENCY")
-	c.MemoryLimit = r.Int64("MEMORY_LIMIT")
 	c.SweepInterval = r.Duration("SESSION_SWEEP_INTERVAL")
 	c.RequestTimeout = r.Duration("REQUEST_TIMEOUT")
 	c.ShutdownTimeout = r.Duration("SHUTDOWN_TIMEOUT")
@@ -295,23 +292,7 @@ func (c *Config) checkArgon2() []string {
 	if err := c.Argon2.Validate(); err != nil {
 		return []string{err.Error()}
 	}
-	if c.MemoryLimit < 0 {
-		return []string{"AUTH_MEMORY_LIMIT must not be negative (0: the default)"}
-	}
-	if c.MemoryLimit == 0 && c.HashConcurrency >= 1 {
-		c.MemoryLimit = memoryLimit(c.HashConcurrency, c.Argon2.MemoryKiB)
-	}
 	return nil
-}
-
-// memoryLimit is AUTH_MEMORY_LIMIT's default: what auth holds without
-// hashing (48 MiB, with room for requests), and the buffers of the hashes
-// that may run at once twice over, so that the collector runs about once
-// per concurrency's worth of hashes (each hash allocates its whole memory
-// afresh; without a limit, the heap's peak, and with madvdontneed=0 the
-// resident size, rose to wherever the collector happened to run).
-func memoryLimit(concurrency int, memKiB uint32) int64 {
-	return 48<<20 + 2*int64(concurrency)*int64(memKiB)<<10
 }
 
 func (c *Config) checkCore() []string {
