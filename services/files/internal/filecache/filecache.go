@@ -120,6 +120,17 @@ func (s *Store) Usage(ctx context.Context, owner string) (int64, int64, error) {
 	})
 }
 
+// ForgetUsage drops owner's kept usage, then its listings here, and
+// announces the owner.
+func (s *Store) ForgetUsage(ctx context.Context, owner string) error {
+	err := s.Store.ForgetUsage(ctx, owner)
+	s.owners.Invalidate(owner)
+	if s.publish != nil {
+		s.publish(ctx, Deleted{Owners: []string{owner}})
+	}
+	return err
+}
+
 // Insert writes the record, then drops its owner's listings here and
 // announces the owner, whatever the outcome (a failed insert may still
 // have been applied).

@@ -90,6 +90,8 @@ func (m *memStore) ListByOwner(_ context.Context, owner string, skip, limit int)
 	return out, nil
 }
 
+func (m *memStore) ForgetUsage(context.Context, string) error { return nil } // usage is summed each time
+
 func (m *memStore) Usage(_ context.Context, owner string) (int64, int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -118,6 +118,11 @@ type Store interface {
 	Delete(ctx context.Context, id string) error
 	// Usage sums the sizes of owner's records and counts them.
 	Usage(ctx context.Context, owner string) (bytes, count int64, err error)
+	// ForgetUsage drops what is kept of owner's usage, so that the next
+	// Usage counts the records again (an erased owner's, whose count a
+	// process killed between a record's delete and its count may have left
+	// off).
+	ForgetUsage(ctx context.Context, owner string) error
 
 	LinkStore
 	QuotaStore

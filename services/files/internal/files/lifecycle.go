@@ -113,8 +113,8 @@ func (s *Service) Delete(ctx context.Context, id string, r Reader) error {
 	return nil
 }
 
-// EraseOwner deletes every record, object and share link of owner, and
-// their own quota: the user is gone. Each object is removed before its
+// EraseOwner deletes every record, object and share link of owner, their
+// own quota and their usage count: the user is gone. Each object is removed before its
 // record, so a record left means work left, and an error (storage away)
 // leaves the rest for a retry of the whole call, which is idempotent. It
 // returns how many records it removed.
@@ -145,6 +145,11 @@ func (s *Service) EraseOwner(ctx context.Context, owner string) (int, error) {
 		}
 	}
 	if err := s.store.SetQuota(ctx, owner, nil); err != nil {
+		return n, err
+	}
+	// Every record is gone: whatever count an interrupted erasure left
+	// (a process killed between a record's delete and its count) goes too.
+	if err := s.store.ForgetUsage(ctx, owner); err != nil {
 		return n, err
 	}
 	s.log.Publish(ctx, LogEntry{Type: "log", Body: fmt.Sprintf("erased %d files of deleted user %s", n, owner)})

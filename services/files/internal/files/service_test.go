@@ -69,6 +69,8 @@ func (s *store) Delete(ctx context.Context, id string) error {
 	return s.DeleteFn(ctx, id)
 }
 
+func (s *store) ForgetUsage(context.Context, string) error { return nil } // UsageFn answers each time
+
 func (s *store) Usage(ctx context.Context, owner string) (int64, int64, error) {
 	if s.UsageFn == nil {
 		return 0, 0, nil

@@ -57,6 +57,7 @@ func (s *memRecords) Delete(_ context.Context, id string) error {
 }
 
 func (s *memRecords) Usage(context.Context, string) (int64, int64, error) { return 0, 0, nil }
+func (s *memRecords) ForgetUsage(context.Context, string) error           { return nil }
 
 // The fuzz target runs without share links or quotas.
 type noLinks struct{ files.LinkStore }

@@ -27,7 +27,8 @@ import (
 // returned is counted by $inc, so no record is counted twice or missed.
 // A failure between a record's write and its $inc is undone where it can
 // be (the record removed); a process killed in between leaves the count
-// off by that record. Deleting an owner's document while the owner has no
+// off by that record until the document is made again: an erased owner's
+// is deleted at the end of the erasure (ForgetUsage). Deleting an owner's document while the owner has no
 // upload in flight makes the next use count the records again
 // (docs/files.md, Quotas).
 const UsageCollection = "file_usage"
@@ -68,6 +69,14 @@ func (s *Store) ensureUsage(ctx context.Context, owner string) (usageDoc, error)
 		return d, mapErr(err)
 	}
 	return d, nil
+}
+
+// ForgetUsage implements files.Store: owner's usage document is deleted,
+// and the next Usage, Insert or Delete of the owner makes it again from
+// the records.
+func (s *Store) ForgetUsage(ctx context.Context, owner string) error {
+	_, err := s.usage.DeleteOne(ctx, bson.D{{Key: "_id", Value: owner}})
+	return mapErr(err)
 }
 
 // addUsage adds bytes and n to owner's usage document.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/services/files/internal/files"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // TestUsageCountsConcurrentChanges: an owner's usage equals the sum of the
@@ -95,5 +96,31 @@ func TestUsageCountsConcurrentChanges(t *testing.T) {
 	// An owner without records has zero usage.
 	if b, n, err := s.Usage(ctx, "nobody"); err != nil || b != 0 || n != 0 {
 		t.Fatalf("empty owner: %d, %d, %v", b, n, err)
+	}
+}
+
+// TestForgetUsageRecounts: a count left off (as by a process killed
+// between a record's delete and its count) is made again from the records
+// after ForgetUsage.
+func TestForgetUsageRecounts(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	f := record("u2", time.Now())
+	f.Size = 300
+	if err := s.Insert(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	// The record goes, its count stays: what a kill in between leaves.
+	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: f.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, n, err := s.Usage(ctx, "u2"); err != nil || b != 300 || n != 1 {
+		t.Fatalf("before: %d bytes, %d records, %v; want the count left off (300, 1)", b, n, err)
+	}
+	if err := s.ForgetUsage(ctx, "u2"); err != nil {
+		t.Fatal(err)
+	}
+	if b, n, err := s.Usage(ctx, "u2"); err != nil || b != 0 || n != 0 {
+		t.Fatalf("after ForgetUsage: %d bytes, %d records, %v; want 0, 0", b, n, err)
 	}
 }
