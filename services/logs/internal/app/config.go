@@ -52,6 +52,7 @@ var Table = config.Table{
 	{Key: "TAIL_HEARTBEAT", Kind: config.Duration, Default: "15s", Doc: "comment line on an idle live tail (`GET /log/tail`); also how soon a gone viewer is noticed"},
 	{Key: "TAIL_BUFFER", Kind: config.Int, Default: "256", Doc: "records held per live-tail viewer before it loses records (a `dropped` event says how many)"},
 	{Key: "TAIL_MAX_OPEN", Kind: config.Int, Default: "100", Doc: "live tails open at once per logs replica; beyond, 503 `busy`"},
+	{Key: "TAIL_MAX_PER_USER", Kind: config.Int, Default: "5", Doc: "live tails one user (all their sessions and API keys together) has open at once per logs replica; beyond, 429 `too_many_tails` with `Retry-After` (the heartbeat). At most `LOGS_TAIL_MAX_OPEN`"},
 }
 
 // Shared is the shared settings the logs service reads (pkg/config).
@@ -134,9 +135,10 @@ func Load(getenv func(string) string) (Settings, *config.Reader, error) {
 	s.RecordDocuments = r.Bool("RECORD_DOCUMENTS")
 	s.IdleTimeout = r.Duration("IDLE_TIMEOUT")
 	s.Tail = httpapi.TailConfig{
-		Heartbeat: r.Duration("TAIL_HEARTBEAT"),
-		Buffer:    r.Int("TAIL_BUFFER"),
-		MaxOpen:   r.Int("TAIL_MAX_OPEN"),
+		Heartbeat:  r.Duration("TAIL_HEARTBEAT"),
+		Buffer:     r.Int("TAIL_BUFFER"),
+		MaxOpen:    r.Int("TAIL_MAX_OPEN"),
+		MaxPerUser: r.Int("TAIL_MAX_PER_USER"),
 	}
 	if err := r.Err(); err != nil {
 		return s, r, err
@@ -162,6 +164,8 @@ func (s Settings) check() []string {
 	add(s.HTTP.SearchBudget <= 0, "LOGS_SEARCH_BUDGET must be positive")
 	add(s.FilterScan < 1, "LOGS_FILTER_SCAN must be at least 1")
 	add(s.MaxBody < 1, "LOGS_MAX_BODY must be positive")
+	add(s.Tail.MaxOpen < 1 || s.Tail.MaxPerUser < 1 || s.Tail.MaxPerUser > s.Tail.MaxOpen,
+		"need 1 <= LOGS_TAIL_MAX_PER_USER <= LOGS_TAIL_MAX_OPEN")
 	add(s.HTTP.PageSize < 1 || s.HTTP.MaxLimit < s.HTTP.PageSize || s.HTTP.MaxPage < 1, "need 1 <= LOGS_PAGE_SIZE <= LOGS_MAX_LIMIT and LOGS_MAX_PAGE >= 1")
 	add(s.Ingest.BatchSize < 1 || s.Ingest.MaxDeliver < 2 || s.Ingest.AckWait <= 0 || s.Ingest.FetchWait <= 0,
 		"need LOGS_BATCH >= 1, LOGS_MAX_DELIVER >= 2, positive LOGS_ACK_WAIT and LOGS_FETCH_WAIT")

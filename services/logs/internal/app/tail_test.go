@@ -218,3 +218,79 @@ func TestTailEndsOnShutdown(t *testing.T) {
 		t.Fatalf("shutdown with an open tail took %v", d)
 	}
 }
+
+// One user's live tails are bounded below the replica's: with every
+// session and API key of the user counted together, the user's extra
+// tails get 429 too_many_tails with Retry-After (the heartbeat), another
+// administrator still gets a stream, and a slot comes back once a stream
+// ends (its viewer left: noticed at the next heartbeat).
+func TestTailPerUserBound(t *testing.T) {
+	v := startService(t, map[string]string{"LOGS_TAIL_HEARTBEAT": "1s", "LOGS_TAIL_MAX_PER_USER": "3", "LOGS_TAIL_MAX_OPEN": "4"})
+	session := func(sid string) string {
+		return v.id.Token(t, identity.Claims{Role: identity.RoleAdmin, SessionID: sid, RegisteredClaims: jwtSubject("admin-1")}, "logs")
+	}
+	// Three tails of admin-1: two browser sessions and a key (no session).
+	var open []*http.Response
+	for _, tok := range []string{session("s1"), session("s2"), v.admin()} {
+		res, ch := v.openTail("", tok)
+		if res.StatusCode != 200 {
+			t.Fatalf("tail %d of the user: %d", len(open)+1, res.StatusCode)
+		}
+		next(t, ch, 5*time.Second, nil) // ready
+		open = append(open, res)
+	}
+	defer func() {
+		for _, res := range open {
+			res.Body.Close()
+		}
+	}()
+
+	// refused opens a tail that must be refused, and returns the answer.
+	refused := func(tok string) (status int, code, retryAfter string) {
+		t.Helper()
+		res, _ := v.openTail("", tok)
+		defer res.Body.Close()
+		if res.StatusCode == 200 {
+			open = append(open, res)
+			t.Fatal("a tail over the bound was opened")
+		}
+		var body map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		code, _ = body["code"].(string)
+		return res.StatusCode, code, res.Header.Get("Retry-After")
+	}
+
+	// A fourth, from any of the user's credentials: 429.
+	for _, tok := range []string{session("s3"), v.admin()} {
+		if st, code, retry := refused(tok); st != 429 || code != "too_many_tails" || retry != "1" {
+			t.Fatalf("tail 4 of the user: %d %s Retry-After %q, want 429 too_many_tails 1", st, code, retry)
+		}
+	}
+
+	// Another administrator takes the replica's last slot; after that the
+	// replica is full: 503 busy for a third administrator.
+	res, ch := v.openTail("", v.token("admin-2", identity.RoleAdmin))
+	if res.StatusCode != 200 {
+		t.Fatalf("another administrator: %d, want 200", res.StatusCode)
+	}
+	next(t, ch, 5*time.Second, nil)
+	open = append(open, res)
+	if st, code, _ := refused(v.token("admin-3", identity.RoleAdmin)); st != 503 || code != "busy" {
+		t.Fatalf("a full replica: %d %s, want 503 busy", st, code)
+	}
+
+	// The user closes one tab: within a heartbeat or two the slot is theirs again.
+	open[0].Body.Close()
+	apptest.Until(t, 10*time.Second, "the closed tail's slot given back", func() bool {
+		res, ch := v.openTail("", v.admin())
+		if res.StatusCode != 200 {
+			res.Body.Close()
+			return false
+		}
+		next(t, ch, 5*time.Second, nil)
+		open = append(open, res)
+		return true
+	})
+}

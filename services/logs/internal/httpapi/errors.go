@@ -22,6 +22,8 @@ var errorMap = []errorRow{
 	web.ErrorAs[logs.InvalidError](invalidField),
 	is(logs.ErrNotFound, http.StatusNotFound, "cursor_not_found", "before", "no log record with the id given in before"),
 	is(logs.ErrCursorMismatch, http.StatusBadRequest, "cursor_mismatch", "before", "before must be the id of a record of the type (and app) being listed"),
+	is(logs.ErrTooManyTails, http.StatusTooManyRequests, "too_many_tails", "", "too many live tails are open for this user; close one (a closed one is let go within the heartbeat) and try again"),
+	is(logs.ErrTailsBusy, http.StatusServiceUnavailable, "busy", "", "too many live tails are open, try again shortly"),
 	invalidQuery(logs.ErrSearchEmpty),
 	invalidQuery(logs.ErrSearchTooLong),
 	invalidQuery(logs.ErrSearchQuote),
@@ -44,7 +46,6 @@ var errorMap = []errorRow{
 // Errors of the HTTP layer itself, not of the logs package.
 var (
 	errTailOff      = web.Errorf(http.StatusServiceUnavailable, "unavailable", "the live tail is not available")
-	errTailsBusy    = web.Errorf(http.StatusServiceUnavailable, "busy", "too many live tails are open, try again shortly")
 	errOTLPOff      = web.Errorf(http.StatusServiceUnavailable, "otlp_unavailable", "OTLP ingest is not enabled")
 	errOTLPNotAdmin = web.Errorf(http.StatusForbidden, "forbidden", "administrator role required (the API key's owner is not an administrator)")
 	errOTLPCaller   = web.Errorf(http.StatusUnauthorized, "invalid_service_credential", "a valid X-Service-Credential header or an API key with the logs:write scope is required")
@@ -77,7 +78,7 @@ func fail(err error, s errScope) error {
 type errorRow = web.ErrorRow[errScope]
 
 // is answers errors that wrap target with a fixed status and code, naming
-// the query parameter at fault.
+// the query parameter at fault ("": none).
 func is(target error, status int, code, field, msg string) errorRow {
 	return errorRow{Sample: target, Answer: func(_ errScope, err error) (*web.Error, bool) {
 		if !errors.Is(err, target) {

@@ -61,6 +61,8 @@ func TestFail(t *testing.T) {
 		{"invalidBody400", &logs.InvalidError{Field: "logBody", Code: "too_long", Msg: "m"}, write, 400, "too_long", "logBody", ""},
 		{"cursor404", fmt.Errorf("x: %w", logs.ErrNotFound), errScope{}, 404, "cursor_not_found", "before", ""},
 		{"query400", logs.ErrSearchQuote, errScope{}, 400, "invalid_query", "q", ""},
+		{"tooManyTails429", logs.ErrTooManyTails, errScope{}, 429, "too_many_tails", "", ""},
+		{"tailsBusy503", logs.ErrTailsBusy, errScope{}, 503, "busy", "", ""},
 		{"otlp400", fmt.Errorf("%w: JSON", otlpingest.ErrBadRequest), errScope{}, 400, "invalid_otlp", "body", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/acme/platform/pkg/web"
@@ -28,10 +30,39 @@ type TailConfig struct {
 	Heartbeat time.Duration // comment line sent when idle; also how soon a gone client is noticed
 	Buffer    int           // records held per viewer before dropping
 	MaxOpen   int           // streams open at once on this replica (0 = 100)
+	// MaxPerUser bounds the streams one user (all their sessions and API
+	// keys together) has open at once on this replica (0 = 5).
+	MaxPerUser int
 }
 
-// tailState counts open streams.
-type tailState struct{ open atomic.Int64 }
+// tailState holds the open streams' slots, made on the first tail.
+type tailState struct {
+	once  sync.Once
+	slots *logs.TailSlots
+}
+
+// tailSlots returns the replica's tail slots.
+func (a *API) tailSlots() *logs.TailSlots {
+	a.tails.once.Do(func() {
+		maxOpen, perUser := a.TailConfig.MaxOpen, a.TailConfig.MaxPerUser
+		if maxOpen <= 0 {
+			maxOpen = 100
+		}
+		if perUser <= 0 {
+			perUser = 5
+		}
+		a.tails.slots = logs.NewTailSlots(maxOpen, perUser)
+	})
+	return a.tails.slots
+}
+
+// heartbeat is the comment-line interval of an idle stream.
+func (a *API) heartbeat() time.Duration {
+	if hb := a.TailConfig.Heartbeat; hb > 0 {
+		return hb
+	}
+	return 15 * time.Second
+}
 
 // tail: GET /log/tail?type=&app= → text/event-stream of new records as
 // they arrive on the NATS stream (admins only, like every /log route).
@@ -63,14 +94,18 @@ func (a *API) tail(c *fiber.Ctx) error {
 		c.Set("Cache-Control", "no-cache, no-store")
 		return c.SendStatus(http.StatusOK)
 	}
-	maxOpen := int64(a.TailConfig.MaxOpen)
-	if maxOpen <= 0 {
-		maxOpen = 100
-	}
-	if a.tails.open.Add(1) > maxOpen {
-		a.tails.open.Add(-1)
-		c.Set("Retry-After", "5")
-		return errTailsBusy
+	// One user's tails (any of their sessions and API keys) take at most
+	// MaxPerUser of the replica's slots. A slot comes back when a stream
+	// ends; one whose viewer left is noticed at the next heartbeat at the
+	// latest, so that is how long a refused user may have to wait.
+	release, err := a.tailSlots().Acquire(web.Identity(c).UserID())
+	if err != nil {
+		retry := "5"
+		if errors.Is(err, logs.ErrTooManyTails) {
+			retry = strconv.Itoa(int((a.heartbeat() + time.Second - 1) / time.Second))
+		}
+		c.Set(fiber.HeaderRetryAfter, retry)
+		return fail(err, errScope{})
 	}
 	stop := a.Stop
 	if stop == nil {
@@ -84,13 +119,10 @@ func (a *API) tail(c *fiber.Ctx) error {
 	f, err := a.Tail.Follow(ctx, typ, app, buf)
 	if err != nil {
 		cancel()
-		a.tails.open.Add(-1)
+		release()
 		return fmt.Errorf("%w: %v", web.ErrUnavailable, err)
 	}
-	hb := a.TailConfig.Heartbeat
-	if hb <= 0 {
-		hb = 15 * time.Second
-	}
+	hb := a.heartbeat()
 	serverDone := c.Context().Done() // closed when the server shuts down
 	c.Set("Content-Type", "text/event-stream; charset=utf-8")
 	c.Set("Cache-Control", "no-cache, no-store")
@@ -98,7 +130,7 @@ func (a *API) tail(c *fiber.Ctx) error {
 	c.Set("X-Content-Type-Options", "nosniff")
 	c.Status(http.StatusOK)
 	c.Context().SetBodyStreamWriter(web.GuardStream(a.log(), web.RequestID(c), func(w *bufio.Writer) {
-		defer a.tails.open.Add(-1)
+		defer release()
 		defer cancel()
 		defer f.Stop()
 		send := func(s string) bool {
