@@ -60,6 +60,7 @@ func (s *Service) Record(ctx context.Context, e Event) { s.event(ctx, e) }
 
 func (s *Service) event(ctx context.Context, e Event) {
 	if s.events != nil {
+		e.Client = e.Client.cleaned()
 		s.events.Record(ctx, e)
 	}
 }
