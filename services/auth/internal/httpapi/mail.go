@@ -61,7 +61,7 @@ func (a *API) verifyEmail(c *fiber.Ctx) error {
 		return apiError(c, err)
 	}
 	if !done {
-		return c.Status(http.StatusAccepted).JSON(fiber.Map{"message": "new address confirmed; the change takes effect once it is confirmed from the current address too", "pending": true})
+		return c.Status(http.StatusAccepted).JSON(fiber.Map{"message": "new address confirmed; the change takes effect once it is confirmed from the current address too"})
 	}
 	return c.JSON(fiber.Map{"message": "e-mail verified"})
 }
@@ -80,7 +80,7 @@ func (a *API) confirmEmailChange(c *fiber.Ctx) error {
 		return apiError(c, err)
 	}
 	if !done {
-		return c.Status(http.StatusAccepted).JSON(fiber.Map{"message": "change confirmed from the current address; it takes effect once the new address is confirmed too", "pending": true})
+		return c.Status(http.StatusAccepted).JSON(fiber.Map{"message": "change confirmed from the current address; it takes effect once the new address is confirmed too"})
 	}
 	return c.JSON(fiber.Map{"message": "e-mail address changed"})
 }
