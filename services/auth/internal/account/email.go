@@ -48,22 +48,30 @@ func changeKey(userID string) string { return "email-change:" + userID }
 // (proven), and otherwise gets the link that confirms the change from it
 // (email_change_confirm), whichever the new address is: the change then
 // waits for both links.
+//
+// The pending change itself is stored (or, proven, removed) before the
+// request is answered, the same work whichever the address, so that
+// requests replace each other in the order they were answered whatever
+// their background work's order.
 func (s *Service) sendEmailChange(ctx context.Context, u User, newEmail string, proven bool) error {
+	var change string
+	ttl := s.mail.cfg.VerifyTTL
+	if proven {
+		if err := s.mail.tokens.DeleteByUser(ctx, u.ID, PurposeEmailChange); err != nil {
+			return err
+		}
+	} else {
+		change = hex.EncodeToString(randomBytes(16))
+		t := s.now()
+		if err := s.mail.tokens.Put(ctx, Token{ID: changeKey(u.ID), Purpose: PurposeEmailChange, UserID: u.ID, Email: newEmail,
+			Data: []byte(u.Email), Change: change, CreatedAt: t, ExpiresAt: t.Add(ttl)}); err != nil {
+			return err
+		}
+	}
 	return s.background(ctx, func(ctx context.Context) {
-		for _, p := range []string{PurposeVerify, PurposeEmailChangeCurrent, PurposeEmailChange} {
+		for _, p := range []string{PurposeVerify, PurposeEmailChangeCurrent} {
 			if err := s.mail.tokens.DeleteByUser(ctx, u.ID, p); err != nil {
 				s.log.WarnContext(ctx, "address change: drop older links", "user", u.ID, "err", err)
-				return
-			}
-		}
-		var change string
-		ttl := s.mail.cfg.VerifyTTL
-		if !proven {
-			change = hex.EncodeToString(randomBytes(16))
-			t := s.now()
-			if err := s.mail.tokens.Put(ctx, Token{ID: changeKey(u.ID), Purpose: PurposeEmailChange, UserID: u.ID, Email: newEmail,
-				Data: []byte(u.Email), Change: change, CreatedAt: t, ExpiresAt: t.Add(ttl)}); err != nil {
-				s.log.WarnContext(ctx, "address change: store the pending change", "user", u.ID, "err", err)
 				return
 			}
 		}
