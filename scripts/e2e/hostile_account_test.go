@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,11 +40,14 @@ const (
 	subjectVerify  = "Confirm your e-mail address"
 	subjectChanged = "Your e-mail address is changing"
 	subjectInUse   = "Someone asked to use your e-mail address"
+	subjectConfirm = "Confirm the change of your e-mail address"
 )
 
 // TestHostileEmailEnumeration: a signed-in user may not learn which
-// addresses have accounts through PATCH /me {email}, nor flood mailboxes
-// with address changes or verification links.
+// addresses have accounts through PATCH /me {email}, nor move the account
+// with a stolen session (e-mail alone needs the current mailbox's
+// confirmation too), nor flood mailboxes with address changes or
+// verification links.
 func TestHostileEmailEnumeration(t *testing.T) {
 	// The throttle's windows are fixed intervals: a long one, so that no
 	// window ends during the test.
@@ -54,7 +58,7 @@ func TestHostileEmailEnumeration(t *testing.T) {
 	admin := newClient(t, p.GatewayURL)
 	admin.mustStatus(200, "POST", "/signin", map[string]string{"email": sec.AdminEmail, "password": sec.AdminPassword})
 	const pw = "correct horse battery"
-	for _, u := range []string{"alice", "mallory", "eve", "trudy"} {
+	for _, u := range []string{"alice", "mallory", "eve", "trudy", "oscar"} {
 		admin.mustStatus(201, "POST", "/users", map[string]any{"email": u + "@example.com", "password": pw, "fullName": u, "edv": "E-" + u})
 	}
 	signIn := func(email string) *client {
@@ -67,19 +71,81 @@ func TestHostileEmailEnumeration(t *testing.T) {
 	// later counts see only what the attack caused.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, u := range []string{"alice", "mallory", "eve", "trudy"} {
+	for _, u := range []string{"alice", "mallory", "eve", "trudy", "oscar"} {
 		if _, err := mc.WaitFor(ctx, u+"@example.com", subjectVerify, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	// Without the password: refused for that, whatever the address.
-	for _, addr := range []string{"alice@example.com", "ALICE@example.com", "nobody@example.com"} {
-		got, m, _ := mallory.do("PATCH", "/me", map[string]any{"email": addr})
-		if got != 400 || m["code"] != "missing_field" || m["field"] != "currentPassword" {
-			t.Fatalf("PATCH /me {email:%s} without the password: %d %v, want 400 missing_field currentPassword", addr, got, m)
+	// A stolen session of oscar's (no password, no access to his
+	// mailbox): e-mail alone is accepted, the same answer for a taken and a
+	// free address, the user unchanged.
+	oscar := signIn("oscar@example.com")
+	alone := func(addr string) (int, string) {
+		got, m, _ := oscar.do("PATCH", "/me", map[string]any{"email": addr})
+		b, _ := json.Marshal(m)
+		return got, string(b)
+	}
+	takenStatus, taken := alone("ALICE@example.com")
+	freeStatus, free := alone("thief@example.com")
+	if takenStatus != 200 || freeStatus != takenStatus || taken != free {
+		t.Fatalf("e-mail alone, taken address: %d %s\nfree address: %d %s\nwant the same 200", takenStatus, taken, freeStatus, free)
+	}
+	oscarMe := func() map[string]any { return oscar.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any) }
+	if me := oscarMe(); me["email"] != "oscar@example.com" {
+		t.Fatalf("the address changed at once: %v", me)
+	}
+	// Mail: the taken address's owner is told, the free one gets a link,
+	// and oscar's own mailbox the confirmation of each (the same mail).
+	if _, err := mc.WaitFor(ctx, "alice@example.com", subjectInUse, 1); err != nil {
+		t.Fatal(err)
+	}
+	thiefLink := mailedToken(t, mc, "thief@example.com", subjectVerify, "verify", 1)
+	ownerLink := mailedToken(t, mc, "oscar@example.com", subjectConfirm, "confirm-email-change", 2)
+	if m, _ := mc.WaitFor(ctx, "oscar@example.com", subjectConfirm, 2); !strings.Contains(m.Text, "thief@example.com") {
+		t.Fatalf("the newest confirmation names another address:\n%s", m.Text)
+	}
+	// The thief opens the link of the mailbox they hold: confirmed, not
+	// done; once only; not usable as the current address's.
+	if got, m, _ := newClient(t, p.GatewayURL).do("POST", "/email/verify", map[string]string{"token": thiefLink}); got != 202 {
+		t.Fatalf("the thief's link: %d %v, want 202", got, m)
+	}
+	for _, path := range []string{"/email/verify", "/email/change/confirm"} {
+		if got, m, _ := newClient(t, p.GatewayURL).do("POST", path, map[string]string{"token": thiefLink}); got != 400 || m["code"] != "invalid_token" {
+			t.Fatalf("the thief's link again at %s: %d %v", path, got, m)
 		}
 	}
+	if me := oscarMe(); me["email"] != "oscar@example.com" {
+		t.Fatalf("a stolen session moved the account: %v", me)
+	}
+	// The owner confirms from the current address: now it changes.
+	if got, m, _ := newClient(t, p.GatewayURL).do("POST", "/email/change/confirm", map[string]string{"token": ownerLink}); got != 200 {
+		t.Fatalf("the current address's link: %d %v, want 200", got, m)
+	}
+	if me := oscarMe(); me["email"] != "thief@example.com" || me["emailVerified"] != true {
+		t.Fatalf("after both confirmations: %v", me)
+	}
+	if got, _, _ := newClient(t, p.GatewayURL).do("POST", "/email/change/confirm", map[string]string{"token": ownerLink}); got != 400 {
+		t.Fatalf("the current address's link again: %d", got)
+	}
+	// A taken address: the current address's confirmation is accepted
+	// like any other (202) and nothing changes.
+	alone("alice@example.com")
+	pending := mailedToken(t, mc, "thief@example.com", subjectConfirm, "confirm-email-change", 1)
+	if got, m, _ := newClient(t, p.GatewayURL).do("POST", "/email/change/confirm", map[string]string{"token": pending}); got != 202 {
+		t.Fatalf("confirming a change to a taken address: %d %v, want 202", got, m)
+	}
+	if me := oscarMe(); me["email"] != "thief@example.com" {
+		t.Fatalf("the account moved to a taken address: %v", me)
+	}
+	if _, err := mc.WaitFor(ctx, "alice@example.com", subjectInUse, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := mailCount(t, mc, "alice@example.com", subjectVerify); n != 1 {
+		t.Fatalf("%d verification links to the taken address, want only its creation's", n)
+	}
+
+	// The current password, when sent, must be right.
 	got, m, _ := mallory.do("PATCH", "/me", map[string]any{"email": "alice@example.com", "currentPassword": "not the password"})
 	if got != 403 || m["code"] != "wrong_password" {
 		t.Fatalf("a wrong current password: %d %v", got, m)
@@ -94,8 +160,8 @@ func TestHostileEmailEnumeration(t *testing.T) {
 		b, _ := json.Marshal(m)
 		return got, string(b)
 	}
-	takenStatus, taken := answer("alice@example.com")
-	freeStatus, free := answer("free@example.com")
+	takenStatus, taken = answer("alice@example.com")
+	freeStatus, free = answer("free@example.com")
 	if takenStatus != 200 || freeStatus != takenStatus || taken != free {
 		t.Fatalf("taken address: %d %s\nfree address: %d %s\nwant the same 200", takenStatus, taken, freeStatus, free)
 	}
@@ -107,7 +173,7 @@ func TestHostileEmailEnumeration(t *testing.T) {
 	if _, err := mc.WaitFor(ctx, "free@example.com", subjectVerify, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mc.WaitFor(ctx, "alice@example.com", subjectInUse, 1); err != nil {
+	if _, err := mc.WaitFor(ctx, "alice@example.com", subjectInUse, 3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := mc.WaitFor(ctx, "mallory@example.com", subjectChanged, 2); err != nil {
@@ -115,6 +181,9 @@ func TestHostileEmailEnumeration(t *testing.T) {
 	}
 	if n := mailCount(t, mc, "alice@example.com", subjectVerify); n != 1 {
 		t.Fatalf("%d verification links to the taken address, want only its creation's", n)
+	}
+	if n := mailCount(t, mc, "mallory@example.com", subjectConfirm); n != 0 {
+		t.Fatalf("%d confirmation links for changes proven by the password, want 0", n)
 	}
 
 	// Mail bombing one address: at most 3 requests per target address

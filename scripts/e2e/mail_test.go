@@ -40,7 +40,7 @@ func mailCatcher(t *testing.T, env map[string]string) (*embedded.MailpitClient, 
 	return mp.Client(), env
 }
 
-var tokenInLink = regexp.MustCompile(`http://console\.acme\.test/console/#/(reset|verify)\?token=([A-Za-z0-9_-]{43})`)
+var tokenInLink = regexp.MustCompile(`http://console\.acme\.test/console/#/(reset|verify|confirm-email-change)\?token=([A-Za-z0-9_-]{43})`)
 
 // mailedToken waits for the n-th message with subject to address and
 // returns the token of the link in it (text and HTML parts carry the same).

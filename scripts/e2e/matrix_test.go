@@ -167,6 +167,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"POST", "/password/forgot", "auth", aPublic, 503, jsonBody(`{"email":"m@example.com"}`)}, // no mail on this platform
 		{"POST", "/password/reset", "auth", aPublic, 503, jsonBody(`{"token":"x","password":"matrix password"}`)},
 		{"POST", "/email/verify", "auth", aPublic, 503, jsonBody(`{"token":"x"}`)},
+		{"POST", "/email/change/confirm", "auth", aPublic, 503, jsonBody(`{"token":"x"}`)},
 		{"POST", "/me/email/verification", "auth", aSession, 503, nil},
 		{"GET", "/me/api-keys", "auth", aSession, 200, nil},
 		{"POST", "/me/api-keys", "auth", aSession, 400, jsonBody(`{}`)},

@@ -1,7 +1,8 @@
 // Pages reached without a session: asking for a password reset link, and
-// the links sent by mail (#/reset?token=..., #/verify?token=...). The token
-// is in the URL fragment, which browsers never send to a server.
-import { api } from './api.js';
+// the links sent by mail (#/reset?token=..., #/verify?token=...,
+// #/confirm-email-change?token=...). The token is in the URL fragment,
+// which browsers never send to a server.
+import { api, apiResponse } from './api.js';
 import { h, field, errorBox, say } from './dom.js';
 import { go, loadUser } from './app.js';
 
@@ -89,11 +90,48 @@ export async function verifyPage(main, state) {
   main.append(card);
   if (!token) { status.textContent = messages.missing_field; return; }
   try {
-    await api('POST', '/email/verify', { token });
+    const r = await apiResponse('POST', '/email/verify', { token });
+    if (r.status === 202) {
+      status.textContent = 'This address is confirmed. The change takes effect once you also open the link sent to your current address.';
+      return;
+    }
     status.textContent = 'Your e-mail address is confirmed.';
     if (state.user) await loadUser();
     say('E-mail address confirmed.');
   } catch (e) {
     status.textContent = messages[e.code] || e.message;
   }
+}
+
+// The link mailed to the current address of an address change asked for
+// without the password. Nothing is sent until the user presses the button:
+// a mail scanner that opens the link spends nothing.
+export function confirmEmailChangePage(main, state) {
+  const token = tokenFromHash();
+  const err = errorBox();
+  const status = h('p', { role: 'status' }, 'Someone signed in to your account asked to change its e-mail address (the mail names the new one). Confirm only if it was you; otherwise close this page and change your password.');
+  const button = h('button', { type: 'submit' }, 'Confirm the change');
+  const form = h('form', { class: 'card narrow', 'aria-labelledby': 'confirm-title' },
+    h('h1', { id: 'confirm-title' }, 'Change of e-mail address'), err, status, button,
+    h('p', {}, h('a', { href: state.user ? '#/profile' : '#/signin' }, state.user ? 'To your profile' : 'To sign-in')));
+  if (!token) { err.show(messages.missing_field); button.disabled = true; }
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    err.show('');
+    button.disabled = true;
+    try {
+      const r = await apiResponse('POST', '/email/change/confirm', { token });
+      if (r.status === 202) {
+        status.textContent = 'Confirmed from this address. The change takes effect once the link sent to the new address is opened too.';
+      } else {
+        status.textContent = 'Your e-mail address is changed.';
+        if (state.user) await loadUser();
+        say('E-mail address changed.');
+      }
+      button.hidden = true;
+    } catch (e) {
+      err.show(messages[e.code] || e.message);
+    }
+  });
+  main.append(form);
 }

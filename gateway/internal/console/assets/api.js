@@ -16,7 +16,7 @@ export async function api(method, path, body) {
   return (await apiResponse(method, path, body)).data;
 }
 
-// apiResponse is api with the response headers: {data, headers}.
+// apiResponse is api with the status and response headers: {data, status, headers}.
 export async function apiResponse(method, path, body) {
   const opts = { method, credentials: 'same-origin', headers: { Accept: 'application/json' } };
   if (body !== undefined) {
@@ -38,7 +38,7 @@ export async function apiResponse(method, path, body) {
     err.retryAfter = Number((data && data.retryAfter) || res.headers.get('Retry-After') || 0);
     throw err;
   }
-  return { data, headers: res.headers };
+  return { data, status: res.status, headers: res.headers };
 }
 
 let onUnauthorized = null;

@@ -6,7 +6,7 @@ import { profilePage } from './profile.js';
 import { filesPage } from './files.js';
 import { usersPage } from './users.js';
 import { logsPage } from './logs.js';
-import { forgotPage, resetPage, verifyPage } from './account.js';
+import { forgotPage, resetPage, verifyPage, confirmEmailChangePage } from './account.js';
 import { auditPage } from './audit.js';
 
 export const state = { user: null, cleanup: null };
@@ -16,6 +16,7 @@ const routes = {
   '/forgot': { page: forgotPage, title: 'Forgot password', public: true },
   '/reset': { page: resetPage, title: 'New password', public: true },
   '/verify': { page: verifyPage, title: 'E-mail address', any: true },
+  '/confirm-email-change': { page: confirmEmailChangePage, title: 'Change of e-mail address', any: true },
   '/profile': { page: profilePage, title: 'Profile' },
   '/files': { page: filesPage, title: 'Files' },
   '/users': { page: usersPage, title: 'Users', admin: true },

@@ -10,7 +10,7 @@ const messages = {
   invalid_email: 'Enter a valid e-mail address.',
   invalid_url: 'The avatar URL must be an absolute http(s) URL.',
   email_taken: 'Another account uses that e-mail.',
-  invalid_characters: 'Remove the control or text-direction characters.',
+  invalid_characters: 'Remove the invisible, control or text-direction characters.',
   wrong_password: 'The current password is wrong.',
   invalid_password: 'The new password must be 8 to 1024 characters long.',
   empty_patch: 'Nothing changed.',
@@ -34,7 +34,7 @@ export async function profilePage(main, state) {
     err,
     field('Full name', 'fullName', { value: u.fullName, autocomplete: 'name' }),
     field('E-mail', 'email', { type: 'email', value: u.email, autocomplete: 'email' }),
-    field('Current password (to change the e-mail)', 'currentPassword', { type: 'password', autocomplete: 'current-password' }),
+    field('Current password (optional: an e-mail change then needs no confirmation from the current address)', 'currentPassword', { type: 'password', autocomplete: 'current-password' }),
     field('Sector', 'sector', { value: u.sector || '' }),
     field('Avatar URL', 'avatarUrl', { type: 'url', value: u.avatarUrl || '' }),
     h('button', { type: 'submit' }, 'Save profile'));
@@ -47,18 +47,19 @@ export async function profilePage(main, state) {
       if (v !== (u[k] || '')) patch[k] = v;
     }
     if (!Object.keys(patch).length) return err.show(messages.empty_patch);
-    // An address change needs the current password.
-    if (patch.email) {
-      if (!form.currentPassword.value) return err.show('Enter your current password to change the e-mail address.');
-      patch.currentPassword = form.currentPassword.value;
-    }
+    // The current password, if given, spares the confirmation of an
+    // address change from the current address.
+    const proven = Boolean(patch.email && form.currentPassword.value);
+    if (proven) patch.currentPassword = form.currentPassword.value;
     try {
       const r = await api('PATCH', '/me', patch);
       Object.assign(u, r.user);
       form.currentPassword.value = '';
       if (patch.email && r.user.email !== patch.email) {
         form.email.value = u.email;
-        say(`Profile saved. A confirmation link is on its way to ${patch.email} (unless that address is already in use); the new address takes effect once you open it.`);
+        say(proven
+          ? `Profile saved. A confirmation link is on its way to ${patch.email} (unless that address is already in use); the new address takes effect once you open it.`
+          : `Profile saved. Confirmation links are on their way to ${u.email} and to ${patch.email} (unless that address is already in use); the new address takes effect once both are opened.`);
       } else say('Profile saved.');
       refreshAvatar();
     } catch (e) {

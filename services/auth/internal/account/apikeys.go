@@ -89,7 +89,7 @@ type NewAPIKeyInput struct {
 // administrator asks) and returns it with its secret, which is shown once
 // and never stored.
 func (s *Service) CreateAPIKey(ctx context.Context, c Caller, ownerID string, in NewAPIKeyInput) (APIKey, string, error) {
-	name, err := validateText("name", in.Name, maxName, true)
+	name, err := validateText("name", in.Name, maxName, true, displayText)
 	if err != nil {
 		return APIKey{}, "", err
 	}

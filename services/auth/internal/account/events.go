@@ -16,19 +16,22 @@ const (
 	EventEmailVerified      = "email.verified"
 	EventEmailChangeAsked   = "email.change_requested"
 	EventEmailChanged       = "email.changed"
-	EventUserCreated        = "user.created"
-	EventUserChanged        = "user.changed"
-	EventUserDeleted        = "user.deleted"
-	EventAPIKeyCreated      = "apikey.created"
-	EventAPIKeyFirstUsed    = "apikey.first_used"
-	EventAPIKeyRevoked      = "apikey.revoked"
-	EventMFAEnabled         = "mfa.enabled"
-	EventMFADisabled        = "mfa.disabled"
-	EventMFAReset           = "mfa.reset"
-	EventMFAFailed          = "mfa.failed"
-	EventPasskeyAdded       = "passkey.added"
-	EventPasskeyRemoved     = "passkey.removed"
-	EventPasskeyFailed      = "passkey.failed"
+	// EventEmailChangeConfirmed: one side of a pending address change
+	// confirmed (Detail side: "current" or "new"), the other not yet.
+	EventEmailChangeConfirmed = "email.change_confirmed"
+	EventUserCreated          = "user.created"
+	EventUserChanged          = "user.changed"
+	EventUserDeleted          = "user.deleted"
+	EventAPIKeyCreated        = "apikey.created"
+	EventAPIKeyFirstUsed      = "apikey.first_used"
+	EventAPIKeyRevoked        = "apikey.revoked"
+	EventMFAEnabled           = "mfa.enabled"
+	EventMFADisabled          = "mfa.disabled"
+	EventMFAReset             = "mfa.reset"
+	EventMFAFailed            = "mfa.failed"
+	EventPasskeyAdded         = "passkey.added"
+	EventPasskeyRemoved       = "passkey.removed"
+	EventPasskeyFailed        = "passkey.failed"
 	// EventPasskeyCloneWarning: a passkey's sign count did not advance.
 	EventPasskeyCloneWarning = "passkey.clone_warning"
 )
@@ -60,6 +63,7 @@ func (s *Service) Record(ctx context.Context, e Event) { s.event(ctx, e) }
 
 func (s *Service) event(ctx context.Context, e Event) {
 	if s.events != nil {
+		e.Client = e.Client.cleaned()
 		s.events.Record(ctx, e)
 	}
 }

@@ -307,7 +307,7 @@ func (x *Identities) signUp(ctx context.Context, ext ExternalIdentity, pol Provi
 		return User{}, ErrIdentityDomain
 	}
 	name := strings.TrimSpace(ext.FullName)
-	if v, err := validateText("fullName", name, maxName, true); err == nil {
+	if v, err := validateText("fullName", name, maxName, true, displayText); err == nil {
 		name = v
 	} else {
 		name = email[:strings.LastIndexByte(email, '@')]

@@ -297,7 +297,7 @@ func (s *Service) FinishPasskeyRegistration(ctx context.Context, c Caller, cerem
 	if ceremony == "" {
 		return Passkey{}, invalid("ceremony", "missing_field", "ceremony is required")
 	}
-	name, err := validateText("name", name, maxPasskeyName, false)
+	name, err := validateText("name", name, maxPasskeyName, false, displayText)
 	if err != nil {
 		return Passkey{}, err
 	}

@@ -75,6 +75,13 @@ func (f *fakeTokens) Take(_ context.Context, id, purpose string, now time.Time) 
 	return t, nil
 }
 
+func (f *fakeTokens) Put(ctx context.Context, t Token) error { return f.Create(ctx, t) }
+func (f *fakeTokens) Confirm(context.Context, string, string, string, string, time.Time) (Token, error) {
+	return Token{}, ErrInvalidToken
+}
+func (f *fakeTokens) TakeConfirmed(context.Context, string, string, string, []string, time.Time) (Token, error) {
+	return Token{}, ErrInvalidToken
+}
 func (f *fakeTokens) DeleteByUser(context.Context, string, string) error { return nil }
 func (f *fakeTokens) DeleteExpired(context.Context, time.Time) error     { return nil }
 

@@ -24,7 +24,8 @@ type PasswordChange struct {
 }
 
 // SelfPatch is what a user may change about themselves; nil is unchanged.
-// CurrentPassword proves an address change (Password.Old does too).
+// CurrentPassword, optional, proves an address change (Password.Old does
+// too); without it the change is confirmed by mail from both addresses.
 type SelfPatch struct {
 	Email           *string
 	FullName        *string
@@ -42,9 +43,12 @@ type NewSession struct {
 
 // UpdateSelf edits the caller. A password change needs the old password,
 // ends every session of the user and opens a new one for the caller, which
-// is returned. An address change needs the current password too, and is
-// throttled per account and per new address; with mail on it answers the
-// same whether or not the address is taken (the outcome goes by mail).
+// is returned. An address change is throttled per account and per new
+// address; with mail on it answers the same whether or not the address is
+// taken (the outcome goes by mail) and takes effect once confirmed: from
+// the new address if the current password was sent (and right), from both
+// the current and the new address otherwise. With mail off it applies at
+// once and needs the current password.
 func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, *NewSession, error) {
 	up, err := s.checkSelfPatch(p)
 	if err != nil {
@@ -59,7 +63,7 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 		return User{}, nil, err
 	}
 	emailChange := up.Email != nil && *up.Email != u.Email
-	proof, err := selfProof(p, emailChange)
+	proof, err := selfProof(p, emailChange, s.mail != nil)
 	if err != nil {
 		return User{}, nil, err
 	}
@@ -85,7 +89,7 @@ func (s *Service) UpdateSelf(ctx context.Context, c Caller, p SelfPatch) (User, 
 		}
 	}
 	if s.mail != nil && up.Email != nil {
-		done, err := s.deferEmailChange(ctx, c, u, &up, emailChange)
+		done, err := s.deferEmailChange(ctx, c, u, &up, emailChange, proof != nil)
 		if err != nil {
 			return User{}, nil, err
 		}
@@ -133,10 +137,14 @@ func checkPasswordChange(pc PasswordChange) error {
 }
 
 // selfProof is the password a self-edit must prove, nil when none. An
-// address change (any difference from the stored address) needs the
-// current password: a stolen session must not be able to move the account
-// to an address the thief holds, nor probe which addresses have accounts.
-func selfProof(p SelfPatch, emailChange bool) (*string, error) {
+// address change (any difference from the stored address) may be proven by
+// the current password (currentPassword, or password.old in a request
+// that changes the password too; an empty one counts as not sent). With
+// mail on it need not be: the change then waits for a confirmation from
+// the current address as well as the new one, which a stolen session
+// cannot give. With mail off nothing could confirm it, so the password is
+// required.
+func selfProof(p SelfPatch, emailChange, mailOn bool) (*string, error) {
 	if !emailChange {
 		if p.Password != nil {
 			return p.Password.Old, nil
@@ -151,7 +159,10 @@ func selfProof(p SelfPatch, emailChange bool) (*string, error) {
 		proof = p.Password.Old
 	}
 	if proof == nil || *proof == "" {
-		return nil, invalid("currentPassword", "missing_field", "currentPassword is required to change the e-mail address")
+		if mailOn {
+			return nil, nil
+		}
+		return nil, invalid("currentPassword", "missing_field", "currentPassword is required to change the e-mail address: this platform sends no e-mail, so nothing else can confirm the change")
 	}
 	return proof, nil
 }
@@ -183,19 +194,23 @@ func (s *Service) verifyProof(ctx context.Context, u User, proof string, emailKe
 	return nil
 }
 
-// deferEmailChange takes the address out of up when mail is on: a new
-// address takes effect only once a link sent to it is opened
-// (VerifyEmail); the current address is told. Whether the new address
+// deferEmailChange takes the address out of up when mail is on: the new
+// address takes effect only once confirmed by mail (sendEmailChange; from
+// both addresses unless proven by the password). Whether the new address
 // belongs to another account is found out in the background: the answer
 // is the same either way. It reports whether nothing is left to change.
-func (s *Service) deferEmailChange(ctx context.Context, c Caller, u User, up *UserPatch, emailChange bool) (bool, error) {
+func (s *Service) deferEmailChange(ctx context.Context, c Caller, u User, up *UserPatch, emailChange, proven bool) (bool, error) {
 	pending := *up.Email
 	up.Email = nil
 	if emailChange {
-		if err := s.sendEmailChange(ctx, u, pending); err != nil {
+		if err := s.sendEmailChange(ctx, u, pending, proven); err != nil {
 			return false, err
 		}
-		s.event(ctx, Event{Type: EventEmailChangeAsked, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client, Detail: map[string]any{"to": pending}})
+		confirm := "both"
+		if proven {
+			confirm = "new"
+		}
+		s.event(ctx, Event{Type: EventEmailChangeAsked, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client, Detail: map[string]any{"to": pending, "confirm": confirm}})
 	}
 	return up.Empty(), nil
 }

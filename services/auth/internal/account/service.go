@@ -141,6 +141,13 @@ type Client struct {
 	UserAgent string
 }
 
+// cleaned is c as it is stored (in a session, in the audit trail): the
+// text comes from request headers, so characters the text check refuses
+// are removed rather than refused (CleanText).
+func (c Client) cleaned() Client {
+	return Client{IP: CleanText(c.IP), UserAgent: CleanText(c.UserAgent)}
+}
+
 // Caller is a signed-in user as the identity token describes them.
 type Caller struct {
 	UserID    string
@@ -186,8 +193,8 @@ func (s *Service) newSession(ctx context.Context, userID string, c Client, twoFa
 		CreatedAt:  t,
 		LastSeenAt: t,
 		ExpiresAt:  t.Add(s.cfg.SessionTTL),
-		UserAgent:  clip(c.UserAgent, maxUA),
-		IP:         clip(c.IP, maxIP),
+		UserAgent:  clip(CleanText(c.UserAgent), maxUA),
+		IP:         clip(CleanText(c.IP), maxIP),
 		TwoFactor:  twoFactor,
 	}
 	if err := s.sessions.Create(ctx, sess); err != nil {
@@ -346,14 +353,14 @@ func (s *Service) validatePatch(up *UserPatch, email, fullName, sector, avatarUR
 		up.Email = &v
 	}
 	if fullName != nil {
-		v, err := validateText("fullName", *fullName, maxName, true)
+		v, err := validateText("fullName", *fullName, maxName, true, displayText)
 		if err != nil {
 			return err
 		}
 		up.FullName = &v
 	}
 	if sector != nil {
-		v, err := validateText("sector", *sector, maxSector, false)
+		v, err := validateText("sector", *sector, maxSector, false, displayText)
 		if err != nil {
 			return err
 		}
@@ -367,7 +374,7 @@ func (s *Service) validatePatch(up *UserPatch, email, fullName, sector, avatarUR
 		up.AvatarURL = &v
 	}
 	if edv != nil {
-		v, err := validateText("edv", *edv, maxEDV, true)
+		v, err := validateText("edv", *edv, maxEDV, true, codeText)
 		if err != nil {
 			return err
 		}

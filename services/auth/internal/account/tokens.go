@@ -17,6 +17,13 @@ import (
 const (
 	PurposeReset  = "reset"
 	PurposeVerify = "verify"
+	// PurposeEmailChange is a pending address change confirmed by mail
+	// from both addresses (ID changeKey(user), Email the new address, Data
+	// the address it replaces, Change its nonce, Confirmed the sides).
+	PurposeEmailChange = "email-change"
+	// PurposeEmailChangeCurrent is the link sent to the current address of
+	// a pending change (Email that address, Change the change's nonce).
+	PurposeEmailChangeCurrent = "email-change-current"
 )
 
 // Token is a one-time link secret. Like a session, only the hash of the
@@ -36,6 +43,12 @@ type Token struct {
 	// Slot is the throttle slot a ceremony holds while it is pending
 	// (ThrottleStore.Release gives it back when it is taken).
 	Slot string
+	// Change binds a link to the pending address change it confirms (the
+	// change's random nonce; on the change itself, its own).
+	Change string
+	// Confirmed are the sides of a pending address change confirmed so
+	// far (ChangeSideCurrent, ChangeSideNew).
+	Confirmed []string
 }
 
 // TokenStore keeps one-time tokens.
@@ -45,6 +58,17 @@ type TokenStore interface {
 	// and has not expired; ErrInvalidToken otherwise. Atomic: a token is
 	// taken once.
 	Take(ctx context.Context, id, purpose string, now time.Time) (Token, error)
+	// Put stores t, replacing the token with its ID if there is one.
+	Put(ctx context.Context, t Token) error
+	// Confirm adds side to the token's Confirmed if it exists with this
+	// purpose and change and has not expired, and returns the token as it
+	// is after; ErrInvalidToken otherwise. Atomic (one find-and-modify):
+	// of two sides confirmed at once, exactly one sees both.
+	Confirm(ctx context.Context, id, purpose, change, side string, now time.Time) (Token, error)
+	// TakeConfirmed deletes and returns the token if it exists with this
+	// purpose and change, has every one of sides confirmed and has not
+	// expired; ErrInvalidToken otherwise. Atomic (one find-and-delete).
+	TakeConfirmed(ctx context.Context, id, purpose, change string, sides []string, now time.Time) (Token, error)
 	// DeleteByUser removes the user's tokens of one purpose.
 	DeleteByUser(ctx context.Context, userID, purpose string) error
 	// DeleteExpired removes tokens past their expiry.
@@ -174,13 +198,19 @@ func (s *Service) ForgotPassword(ctx context.Context, email string, c Client) er
 // sendLink stores a new token of purpose for u and mails a link with it to
 // address (template name, console page).
 func (s *Service) sendLink(ctx context.Context, u User, address, purpose, template, page string, ttl time.Duration) error {
+	return s.sendChangeLink(ctx, u, address, purpose, template, page, ttl, "", "")
+}
+
+// sendChangeLink is sendLink for a link bound to the pending address
+// change change (none when ""), whose new address the mail names.
+func (s *Service) sendChangeLink(ctx context.Context, u User, address, purpose, template, page string, ttl time.Duration, change, newEmail string) error {
 	secret := base64.RawURLEncoding.EncodeToString(randomBytes(32))
 	t := s.now()
-	if err := s.mail.tokens.Create(ctx, Token{ID: HashSecret(secret), Purpose: purpose, UserID: u.ID, Email: address, CreatedAt: t, ExpiresAt: t.Add(ttl)}); err != nil {
+	if err := s.mail.tokens.Create(ctx, Token{ID: HashSecret(secret), Purpose: purpose, UserID: u.ID, Email: address, CreatedAt: t, ExpiresAt: t.Add(ttl), Change: change}); err != nil {
 		return err
 	}
 	link := strings.TrimRight(s.mail.cfg.PublicURL, "/") + "/console/#/" + page + "?" + url.Values{"token": {secret}}.Encode()
-	return s.mail.mailer.Send(ctx, template, address, mailer.Data{Name: u.FullName, Email: address, Link: link, Valid: humanDuration(ttl)})
+	return s.mail.mailer.Send(ctx, template, address, mailer.Data{Name: u.FullName, Email: address, NewEmail: newEmail, Link: link, Valid: humanDuration(ttl)})
 }
 
 func humanDuration(d time.Duration) string {

@@ -25,42 +25,113 @@ const (
 // NormalizeEmail is the case-insensitive form e-mails are compared in.
 func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
-// forbiddenRune reports the characters no stored text may hold: every
-// control character (Unicode category Cc: U+0000-U+001F, U+007F-U+009F,
-// so also tab and newlines), the bidirectional embeddings and overrides
-// (U+202A-U+202E) and isolates (U+2066-U+2069), which reorder what follows
-// them on screen, the line and paragraph separators (U+2028, U+2029),
-// which break lines like a newline, and two invisible characters with no
-// use in a name or a label: the zero-width space (U+200B) and the
-// zero-width no-break space / byte order mark (U+FEFF). The joiners U+200C
-// and U+200D stay allowed (scripts and emoji sequences need them), and so
-// do the direction marks U+200E, U+200F and U+061C, which change no other
-// character's order beyond their own neighbourhood.
-func forbiddenRune(r rune) bool {
+// The text check. Every text auth stores goes through forbiddenRune: a
+// field sent by a client is refused when it holds such a character
+// (checkChars, checkDisplayChars: 400 invalid_characters naming the
+// field), and text taken from request headers (a user agent) is stored
+// with them removed (CleanText). What is refused:
+//
+//   - every control character (category Cc: U+0000-U+001F, U+007F-U+009F,
+//     so also tab and newlines) and the line and paragraph separators
+//     U+2028 and U+2029, which break lines like a newline;
+//   - every format character (category Cf): the bidirectional embeddings,
+//     overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder
+//     what follows them on screen; the invisible ones (U+200B, U+2060-U+2064,
+//     U+206A-U+206F, U+FEFF, U+00AD, U+180E, U+FFF9-U+FFFB, the tags
+//     U+E0001 and U+E0020-U+E007F, ...), which make two different strings
+//     look the same;
+//   - characters of other categories that show as nothing: the combining
+//     grapheme joiner U+034F (Mn) and the Hangul fillers U+115F, U+1160,
+//     U+3164 and U+FFA0 (Lo).
+//
+// Display text (names, sector, API key and passkey names: checkDisplayChars)
+// keeps five format characters that writing needs: the joiners U+200C
+// (Persian, Indic scripts) and U+200D (emoji sequences), and the direction
+// marks U+200E, U+200F and U+061C, which set the direction of neutral
+// characters next to them without reordering the rest. Identifiers
+// (e-mail addresses, the avatar URL, the EDV number) and cleaned header
+// text keep none: an address that differs by an invisible character is
+// another account that looks the same.
+
+// forbiddenRune reports the characters no stored text may hold; display
+// allows the joiners and direction marks display text needs.
+func forbiddenRune(r rune, display bool) bool {
 	switch {
-	case unicode.Is(unicode.Cc, r):
+	case r < 0x20 || (r >= 0x7F && r <= 0x9F): // Cc
 		return true
-	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069:
+	case r < 0xAD:
+		return false // printable ASCII and Latin-1: the common case, quickly
+	case r == 0x2028, r == 0x2029:
 		return true
-	case r == 0x2028, r == 0x2029, r == 0x200B, r == 0xFEFF:
+	case r == 0x034F, r == 0x115F, r == 0x1160, r == 0x180E, r == 0x3164, r == 0xFFA0:
+		return true
+	case unicode.Is(unicode.Cf, r):
+		return !display || !displayFormat(r)
+	}
+	return false
+}
+
+// displayFormat reports the format characters display text keeps: the
+// zero-width non-joiner and joiner, and the direction marks.
+func displayFormat(r rune) bool {
+	switch r {
+	case 0x200C, 0x200D, 0x200E, 0x200F, 0x061C:
 		return true
 	}
 	return false
 }
 
-// checkChars is the one check every free-text field auth stores goes
-// through (names, sector, EDV, e-mail addresses, URLs, API key and passkey
-// names): a string holding a character forbiddenRune refuses is a
-// ValidationError naming field, code invalid_characters. It looks at the
-// string as sent, before any trimming, so a trailing newline is refused
-// too. Invalid UTF-8 is left to the caller's own check.
+func refusedChars(field string) error {
+	return invalid(field, "invalid_characters", field+" contains invisible, control or bidirectional-override characters")
+}
+
+// checkChars is the check of identifiers (e-mail addresses, URLs, the EDV
+// number): a string holding a character forbiddenRune refuses, format
+// characters all included, is a ValidationError naming field, code
+// invalid_characters. It looks at the string as sent, before any trimming,
+// so a trailing newline is refused too. Invalid UTF-8 is left to the
+// caller's own check.
 func checkChars(field, s string) error {
 	for _, r := range s {
-		if forbiddenRune(r) {
-			return invalid(field, "invalid_characters", field+" contains control or bidirectional-override characters")
+		if forbiddenRune(r, false) {
+			return refusedChars(field)
 		}
 	}
 	return nil
+}
+
+// checkDisplayChars is checkChars for display text (names, labels): the
+// joiners and direction marks are allowed.
+func checkDisplayChars(field, s string) error {
+	for _, r := range s {
+		if forbiddenRune(r, true) {
+			return refusedChars(field)
+		}
+	}
+	return nil
+}
+
+// CleanText is s without the characters forbiddenRune refuses in
+// identifiers, and without invalid UTF-8: how text from request headers
+// (the user agent of a session and of the audit trail) is stored, since a
+// header is not a field the client can be told to fix.
+func CleanText(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || forbiddenRune(r, false) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || forbiddenRune(r, false) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, ""))
 }
 
 func validateEmail(field, s string) (string, error) {
@@ -81,11 +152,21 @@ func validateEmail(field, s string) (string, error) {
 	return s, nil
 }
 
-func validateText(field, s string, max int, required bool) (string, error) {
+// Text kinds of validateText.
+const (
+	displayText = true  // names and labels: the joiners and direction marks are allowed
+	codeText    = false // identifiers: no format character
+)
+
+func validateText(field, s string, max int, required, display bool) (string, error) {
 	if !utf8.ValidString(s) {
 		return "", invalid(field, "invalid_value", field+" must be valid UTF-8")
 	}
-	if err := checkChars(field, s); err != nil {
+	check := checkChars
+	if display {
+		check = checkDisplayChars
+	}
+	if err := check(field, s); err != nil {
 		return "", err
 	}
 	s = strings.TrimSpace(s)

@@ -55,21 +55,27 @@ func (s *Service) ResendVerification(ctx context.Context, userID string) error {
 
 // VerifyEmail spends a verification link: the address it was sent to
 // becomes the user's verified address (which is how an address change
-// takes effect). ErrEmailTaken if another account took that address since.
-func (s *Service) VerifyEmail(ctx context.Context, secret string, c Client) (User, error) {
+// proven by the password takes effect; done). A link bound to a pending
+// change confirms its new side instead (confirmChange): done only once the
+// current address confirmed too. ErrEmailTaken if another account took
+// the address since.
+func (s *Service) VerifyEmail(ctx context.Context, secret string, c Client) (User, bool, error) {
 	if s.mail == nil {
-		return User{}, ErrMailDisabled
+		return User{}, false, ErrMailDisabled
 	}
 	tok, err := s.takeToken(ctx, secret, PurposeVerify)
 	if err != nil {
-		return User{}, err
+		return User{}, false, err
 	}
 	cur, err := s.users.ByID(ctx, tok.UserID)
 	if errors.Is(err, ErrUserNotFound) {
-		return User{}, ErrInvalidToken
+		return User{}, false, ErrInvalidToken
 	}
 	if err != nil {
-		return User{}, err
+		return User{}, false, err
+	}
+	if tok.Change != "" {
+		return s.confirmChange(ctx, cur, tok.Change, ChangeSideNew, c)
 	}
 	yes := true
 	up := UserPatch{EmailVerified: &yes}
@@ -81,9 +87,9 @@ func (s *Service) VerifyEmail(ctx context.Context, secret string, c Client) (Use
 	if err != nil {
 		s.userWriteFailed(ctx, cur.ID, err)
 		if errors.Is(err, ErrUserNotFound) {
-			return User{}, ErrInvalidToken
+			return User{}, false, ErrInvalidToken
 		}
-		return User{}, err
+		return User{}, false, err
 	}
 	s.revoke(ctx, Revocation{Users: []string{u.ID}})
 	if changed {
@@ -91,5 +97,5 @@ func (s *Service) VerifyEmail(ctx context.Context, secret string, c Client) (Use
 	} else {
 		s.event(ctx, Event{Type: EventEmailVerified, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c})
 	}
-	return u, nil
+	return u, true, nil
 }

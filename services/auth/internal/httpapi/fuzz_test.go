@@ -283,6 +283,17 @@ func FuzzAuthHandlers(f *testing.F) {
 	}
 	f.Add(uint8(8), uint8(2), "application/json", "", "", "", []byte(`{"email":"b@example.com","password":"12345678","fullName":"B\u200b","edv":"E\u0085"}`))
 	f.Add(uint8(8), uint8(2), "application/json", "", "", "", []byte(`{"email":"c@example.com","password":"12345678","fullName":"C","edv":"E\u2069"}`))
+	// Invisible and format characters (issue 43, row 7).
+	for _, body := range []string{
+		`{"fullName":"Ada\u2060x"}`, `{"fullName":"\u3164"}`, `{"sector":"a\u00adb\u034f"}`,
+		`{"fullName":"Ada\udb40\udc41"}`, `{"fullName":"A\u200dB\u200cC\u200fD"}`,
+		`{"email":"ada\u2060@example.com","currentPassword":"correct horse battery"}`,
+		`{"avatarUrl":"https://example.com/\ufff9"}`,
+	} {
+		f.Add(uint8(3), uint8(1), "application/json", "", "", "", []byte(body))
+	}
+	f.Add(uint8(8), uint8(2), "application/json", "", "", "", []byte(`{"email":"ro\u2060ot@example.com","password":"12345678","fullName":"R","edv":"E"}`))
+	f.Add(uint8(8), uint8(2), "application/json", "", "", "", []byte(`{"email":"root@example.com\u00ad","password":"12345678","fullName":"R","edv":"E\u200d"}`))
 	f.Add(uint8(9), uint8(2), "application/json", "x", "page=-1&limit=1e9", "", []byte(nil))
 	f.Add(uint8(10), uint8(2), "application/json", "%00", "page=99999999999999999999", "", []byte(nil))
 	f.Add(uint8(0), uint8(0), "text/plain", "", "", "", []byte("email=a"))
@@ -314,6 +325,9 @@ func FuzzAuthHandlers(f *testing.F) {
 		if rt.path == "/ms/me" {
 			req.Header.Set(ServiceCredentialHeader, "cred")
 		}
+		// A user agent that reverses what follows it and hides a
+		// character: stored cleaned by a sign-in.
+		req.Header.Set("User-Agent", "curl\u202e/8.0\u2060 \u200d")
 		if validHeader(ct) {
 			req.Header.Set("Content-Type", ct)
 		}
@@ -332,13 +346,25 @@ func FuzzAuthHandlers(f *testing.F) {
 		if resp.StatusCode >= 400 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 			t.Fatalf("%s %s: %d without JSON", rt.method, path, resp.StatusCode)
 		}
-		// Whatever was accepted, no stored text holds a control or
-		// bidirectional-override character.
+		// Whatever was accepted, no stored text holds a control,
+		// bidirectional-override or invisible character (display text
+		// may hold the joiners and direction marks, identifiers not), and
+		// the user agent of a session is stored cleaned.
 		for _, u := range users.users {
-			for _, v := range []string{u.Email, u.FullName, u.EDV} {
-				if hasForbiddenRune(v) {
+			for _, v := range []string{u.Email, u.EDV, deref(u.AvatarURL)} {
+				if hasForbiddenRune(v, false) {
 					t.Fatalf("%s %s: %d stored %q", rt.method, path, resp.StatusCode, v)
 				}
+			}
+			for _, v := range []string{u.FullName, deref(u.Sector)} {
+				if hasForbiddenRune(v, true) {
+					t.Fatalf("%s %s: %d stored %q", rt.method, path, resp.StatusCode, v)
+				}
+			}
+		}
+		for _, sess := range sessions.m {
+			if hasForbiddenRune(sess.UserAgent, false) {
+				t.Fatalf("%s %s: %d stored the user agent %q", rt.method, path, resp.StatusCode, sess.UserAgent)
 			}
 		}
 		if resp.StatusCode < 300 {
@@ -355,15 +381,29 @@ func FuzzAuthHandlers(f *testing.F) {
 }
 
 // hasForbiddenRune is the fuzz target's own statement of what stored text
-// may not hold (docs/auth.md, "Text fields refuse ...").
-func hasForbiddenRune(s string) bool {
+// may not hold (docs/auth.md, "Text fields refuse ..."): control and format
+// characters (Cc, Cf), the line and paragraph separators, the combining
+// grapheme joiner, the Mongolian vowel separator and the Hangul fillers;
+// display text may hold the joiners U+200C, U+200D and the direction marks
+// U+200E, U+200F, U+061C.
+func hasForbiddenRune(s string, display bool) bool {
 	for _, r := range s {
-		if unicode.Is(unicode.Cc, r) || r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 ||
-			r == 0x200B || r == 0xFEFF || r == 0x2028 || r == 0x2029 {
+		if display && (r == 0x200C || r == 0x200D || r == 0x200E || r == 0x200F || r == 0x061C) {
+			continue
+		}
+		if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) ||
+			r == 0x034F || r == 0x180E || r == 0x115F || r == 0x1160 || r == 0x3164 || r == 0xFFA0 {
 			return true
 		}
 	}
 	return false
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 func validHeader(s string) bool {

@@ -116,8 +116,10 @@ func (a *API) me(c *fiber.Ctx) error {
 }
 
 // PATCH /me {avatarUrl, password:{old,new}, fullName, email, sector,
-// currentPassword}: currentPassword (or password.old) proves an address
-// change.
+// currentPassword}: every property optional. An address change answers
+// with the user unchanged and takes effect once confirmed by mail;
+// currentPassword (or password.old), optional, spares the current
+// address's confirmation.
 func (a *API) patchMe(c *fiber.Ctx) error {
 	var body struct {
 		AvatarURL *string `json:"avatarUrl"`

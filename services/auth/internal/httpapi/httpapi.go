@@ -115,6 +115,7 @@ func Register(app *fiber.App, svc *account.Service, v *identity.Verifier, o Opti
 	app.Post("/password/forgot", a.forgotPassword)
 	app.Post("/password/reset", a.resetPassword)
 	app.Post("/email/verify", a.verifyEmail)
+	app.Post("/email/change/confirm", a.confirmEmailChange)
 
 	app.Post("/users", web.RequireAdmin, a.createUser)
 	app.Get("/users", web.RequireAdmin, a.listUsers)

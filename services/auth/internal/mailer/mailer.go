@@ -33,9 +33,12 @@ const (
 	Verify       = "verify"        // an address verification link
 	EmailChanged = "email_changed" // to the old address when a change is asked for
 	EmailInUse   = "email_in_use"  // to an address another account asked for, which is already taken
+	// ConfirmEmailChange is the link to the current address that confirms
+	// a change asked for without the password.
+	ConfirmEmailChange = "email_change_confirm"
 )
 
-var names = []string{Reset, Verify, EmailChanged, EmailInUse}
+var names = []string{Reset, Verify, EmailChanged, EmailInUse, ConfirmEmailChange}
 
 // TLS modes.
 const (
@@ -62,8 +65,8 @@ type Config struct {
 type Data struct {
 	Name     string // the user's full name
 	Email    string // the address written to
-	NewEmail string // EmailChanged: the address asked for
-	Link     string // Reset, Verify
+	NewEmail string // EmailChanged, ConfirmEmailChange: the address asked for
+	Link     string // Reset, Verify, ConfirmEmailChange
 	Valid    string // how long the link works, e.g. "30 minutes"
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/acme/platform/services/auth/internal/account"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // TokensCollection keeps one-time tokens (password reset, address
@@ -29,12 +30,64 @@ type tokenDoc struct {
 	ExpiresAt time.Time `bson:"expiresAt"`
 	Data      []byte    `bson:"data,omitempty"`
 	Slot      string    `bson:"slot,omitempty"`
+	Change    string    `bson:"change,omitempty"`
+	Confirmed []string  `bson:"confirmed,omitempty"`
+}
+
+func docOf(t account.Token) tokenDoc {
+	return tokenDoc{ID: t.ID, Purpose: t.Purpose, UserID: t.UserID, Email: t.Email, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
+		Data: t.Data, Slot: t.Slot, Change: t.Change, Confirmed: t.Confirmed}
+}
+
+func (d tokenDoc) token() account.Token {
+	return account.Token{ID: d.ID, Purpose: d.Purpose, UserID: d.UserID, Email: d.Email, CreatedAt: d.CreatedAt.UTC(), ExpiresAt: d.ExpiresAt.UTC(),
+		Data: d.Data, Slot: d.Slot, Change: d.Change, Confirmed: d.Confirmed}
 }
 
 // Create implements account.TokenStore.
 func (s *Tokens) Create(ctx context.Context, t account.Token) error {
-	_, err := s.c.InsertOne(ctx, tokenDoc{ID: t.ID, Purpose: t.Purpose, UserID: t.UserID, Email: t.Email, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Data: t.Data, Slot: t.Slot})
+	_, err := s.c.InsertOne(ctx, docOf(t))
 	return err
+}
+
+// Put implements account.TokenStore.
+func (s *Tokens) Put(ctx context.Context, t account.Token) error {
+	_, err := s.c.ReplaceOne(ctx, bson.D{{Key: "_id", Value: t.ID}}, docOf(t), options.Replace().SetUpsert(true))
+	return err
+}
+
+// Confirm implements account.TokenStore with one findAndModify (atomic on
+// MongoDB, and on the embedded FerretDB through acmeLockWrites,
+// docs/design/ferretdb.md), read by _id.
+func (s *Tokens) Confirm(ctx context.Context, id, purpose, change, side string, now time.Time) (account.Token, error) {
+	filter := bson.D{{Key: "_id", Value: id}, {Key: "purpose", Value: purpose}, {Key: "change", Value: change},
+		{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now}}}}
+	var d tokenDoc
+	err := s.c.FindOneAndUpdate(ctx, filter, bson.D{{Key: "$addToSet", Value: bson.D{{Key: "confirmed", Value: side}}}},
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.Token{}, account.ErrInvalidToken
+	}
+	if err != nil {
+		return account.Token{}, err
+	}
+	return d.token(), nil
+}
+
+// TakeConfirmed implements account.TokenStore with one findAndModify
+// (remove), read by _id.
+func (s *Tokens) TakeConfirmed(ctx context.Context, id, purpose, change string, sides []string, now time.Time) (account.Token, error) {
+	filter := bson.D{{Key: "_id", Value: id}, {Key: "purpose", Value: purpose}, {Key: "change", Value: change},
+		{Key: "confirmed", Value: bson.D{{Key: "$all", Value: sides}}}, {Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now}}}}
+	var d tokenDoc
+	err := s.c.FindOneAndDelete(ctx, filter).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.Token{}, account.ErrInvalidToken
+	}
+	if err != nil {
+		return account.Token{}, err
+	}
+	return d.token(), nil
 }
 
 // Take implements account.TokenStore: the token is read, then deleted, and
@@ -63,7 +116,7 @@ func (s *Tokens) Take(ctx context.Context, id, purpose string, now time.Time) (a
 	if !now.Before(d.ExpiresAt) {
 		return account.Token{}, account.ErrInvalidToken
 	}
-	return account.Token{ID: d.ID, Purpose: d.Purpose, UserID: d.UserID, Email: d.Email, CreatedAt: d.CreatedAt.UTC(), ExpiresAt: d.ExpiresAt.UTC(), Data: d.Data, Slot: d.Slot}, nil
+	return d.token(), nil
 }
 
 // DeleteByUser implements account.TokenStore.
