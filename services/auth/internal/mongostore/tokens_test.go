@@ -12,14 +12,14 @@ import (
 	"github.com/acme/platform/services/auth/internal/mongostore"
 )
 
-// A token is taken once however many uses race, on the embedded server
-// too (whose find-and-delete is not atomic); a wrong purpose and an
-// expired token take nothing.
+// A token is taken once however many uses race (200 at once: one
+// find-and-delete, atomic on MongoDB and on the embedded server through
+// its patch's lock); a wrong purpose and an expired token take nothing.
 func TestTokenTakenOnceUnderConcurrency(t *testing.T) {
 	st := mongostore.NewTokens(newDB(t))
 	ctx := context.Background()
 	now := time.Now().UTC()
-	for round := range 10 {
+	for round := range 5 {
 		id := "tok-" + string(rune('a'+round))
 		if err := st.Create(ctx, account.Token{ID: id, Purpose: "verify", UserID: "u1", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
@@ -29,8 +29,10 @@ func TestTokenTakenOnceUnderConcurrency(t *testing.T) {
 		}
 		var won atomic.Int32
 		var wg sync.WaitGroup
-		for range 20 {
+		start := make(chan struct{})
+		for range 200 {
 			wg.Go(func() {
+				<-start
 				tok, err := st.Take(ctx, id, "verify", now)
 				switch {
 				case err == nil && tok.UserID == "u1":
@@ -41,9 +43,10 @@ func TestTokenTakenOnceUnderConcurrency(t *testing.T) {
 				}
 			})
 		}
+		close(start)
 		wg.Wait()
 		if n := won.Load(); n != 1 {
-			t.Fatalf("round %d: %d of 20 concurrent uses took the token, want 1", round, n)
+			t.Fatalf("round %d: %d of 200 concurrent uses took the token, want 1", round, n)
 		}
 	}
 	if err := st.Create(ctx, account.Token{ID: "old", Purpose: "verify", CreatedAt: now.Add(-2 * time.Hour), ExpiresAt: now.Add(-time.Hour)}); err != nil {
@@ -51,5 +54,54 @@ func TestTokenTakenOnceUnderConcurrency(t *testing.T) {
 	}
 	if _, err := st.Take(ctx, "old", "verify", now); !errors.Is(err, account.ErrInvalidToken) {
 		t.Fatalf("expired: %v, want ErrInvalidToken", err)
+	}
+}
+
+// A two-sided confirmation (an address change confirmed from the current
+// and the new address) completes once however many confirmations race:
+// 100 confirm each side at once, then every one of them tries to take the
+// token; exactly one gets it, with both sides recorded. A wrong change
+// nonce confirms nothing.
+func TestTokenConfirmedOnceUnderConcurrency(t *testing.T) {
+	st := mongostore.NewTokens(newDB(t))
+	ctx := context.Background()
+	now := time.Now().UTC()
+	sides := []string{"current", "new"}
+	for round := range 3 {
+		id := "chg-" + string(rune('a'+round))
+		if err := st.Put(ctx, account.Token{ID: id, Purpose: "email-change", UserID: "u1", Change: "n1", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Confirm(ctx, id, "email-change", "stale", "current", now); !errors.Is(err, account.ErrInvalidToken) {
+			t.Fatalf("wrong nonce: %v, want ErrInvalidToken", err)
+		}
+		if _, err := st.TakeConfirmed(ctx, id, "email-change", "n1", sides, now); !errors.Is(err, account.ErrInvalidToken) {
+			t.Fatalf("nothing confirmed yet, taken: %v", err)
+		}
+		var won atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 200 {
+			wg.Go(func() {
+				<-start
+				if _, err := st.Confirm(ctx, id, "email-change", "n1", sides[i%2], now); err != nil && !errors.Is(err, account.ErrInvalidToken) {
+					t.Errorf("confirm: %v", err)
+					return
+				}
+				tok, err := st.TakeConfirmed(ctx, id, "email-change", "n1", sides, now)
+				switch {
+				case err == nil && len(tok.Confirmed) == 2:
+					won.Add(1)
+				case errors.Is(err, account.ErrInvalidToken):
+				default:
+					t.Errorf("take confirmed: %+v, %v", tok, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := won.Load(); n != 1 {
+			t.Fatalf("round %d: %d of 200 concurrent confirmations completed the change, want 1", round, n)
+		}
 	}
 }
