@@ -78,6 +78,25 @@ func TestObjectCacheGzip(t *testing.T) {
 	if _, err := f.Open(context.Background(), wrong); !errors.Is(err, ErrObject) {
 		t.Fatalf("a wrong stored length: %v, want ErrObject from the store", err)
 	}
+
+	// Inflated fetches alone fill the cache too (the inflater reads the
+	// stored stream to its end), with the stored bytes.
+	url2, _, mc2, bucket2, key2 := object(t, stored)
+	inflated2 := Answer{URL: url2, End: -1, Length: int64(len(text)), File: "text2", Encoding: "gzip", Stored: int64(len(stored))}
+	for i := range 2 {
+		if got, err := fetch(t, f, inflated2); err != nil || !bytes.Equal(got, text) {
+			t.Fatalf("inflated fetch %d: %d bytes, %v", i+1, len(got), err)
+		}
+	}
+	if n, b := testutil.ToFloat64(f.cache.stored), testutil.ToFloat64(f.cache.held); n != 2 || b != float64(2*len(stored)) {
+		t.Fatalf("after two inflated fetches: %v stored, %v bytes held; want 2 and %d", n, b, 2*len(stored))
+	}
+	if err := mc2.RemoveObject(context.Background(), bucket2, key2, minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fetch(t, f, inflated2); err != nil || !bytes.Equal(got, text) {
+		t.Fatalf("cached after inflated fetches: %d bytes, %v", len(got), err)
+	}
 }
 
 // TestInflateBounds: an inflated object is sent only when it inflates to
