@@ -59,7 +59,8 @@ func NewFetcher(reg prometheus.Registerer, cache CacheConfig) *Fetcher {
 			IdleConnTimeout:       90 * time.Second,
 			ResponseHeaderTimeout: 30 * time.Second,
 			// The bytes as stored: a gzip-stored file is sent as is, with
-			// the Content-Encoding the files service set.
+			// the Content-Encoding the files service set, or inflated
+			// here when its answer says so (Answer.Encoding).
 			DisableCompression: true,
 			ReadBufferSize:     64 << 10,
 		},
@@ -145,6 +146,17 @@ func (f *Fetcher) Prefetch(ctx context.Context, a Answer) (io.ReadCloser, error)
 }
 
 func (f *Fetcher) open(ctx context.Context, a Answer, cached bool) (body io.ReadCloser, hit bool, err error) {
+	if a.Encoding != "" {
+		// The stored object, from the cache or the store (and cached as
+		// stored), inflated on its way out.
+		if body, hit, err = f.open(ctx, a.stored(), cached); err != nil {
+			return nil, false, err
+		}
+		if body, err = inflate(body, a.Length); err != nil {
+			return nil, false, fmt.Errorf("%w: %v", ErrObject, err)
+		}
+		return body, hit, nil
+	}
 	u, err := url.Parse(a.URL)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -212,5 +224,5 @@ func (f *Fetcher) Cached(a Answer) bool {
 		return false
 	}
 	u, err := url.Parse(a.URL)
-	return err == nil && f.cache.has(u.EscapedPath(), a, time.Now())
+	return err == nil && f.cache.has(u.EscapedPath(), a.stored(), time.Now())
 }

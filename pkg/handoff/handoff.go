@@ -4,13 +4,16 @@
 // client). It is the X-Accel-Redirect pattern of nginx, on S3:
 //
 //  1. The gateway offers to fetch (request header Offer) on the GETs it
-//     proxies to the files service.
+//     proxies to the files service, naming the stored encodings it can
+//     decode (OfferGzip).
 //  2. The files service does everything it always does (identity, access,
 //     conditional requests, ranges, headers) and, where it would stream the
 //     stored bytes unchanged, answers with its status and headers, an empty
 //     body, and an Answer in its headers: a presigned GET of the object (a
 //     few minutes valid, for that one key), the byte range to send, and the
-//     nodes of a distributed MinIO that may serve it.
+//     nodes of a distributed MinIO that may serve it. A gzip-stored object
+//     sent to a client that does not accept gzip is handed off whole with
+//     its Encoding: the gateway inflates it, to exactly Length bytes.
 //  3. The gateway removes the Answer's headers, GETs the object and streams
 //     it as the body of the files service's answer. A GET that fails before
 //     any byte is sent is sent to the files service again without the
@@ -39,9 +42,29 @@ const (
 	Length = "X-Acme-Handoff-Length"
 	Nodes  = "X-Acme-Handoff-Nodes"
 	File   = "X-Acme-Handoff-File"
+	// Encoding and Stored: the object is stored in this content coding, of
+	// Stored bytes; the gateway fetches all of it and sends it decoded.
+	Encoding = "X-Acme-Handoff-Encoding"
+	Stored   = "X-Acme-Handoff-Stored"
 )
 
-var all = []string{Offer, URL, Range, Length, Nodes, File}
+// OfferGzip is the Offer of a gateway that can also inflate a gzip-stored
+// object (an Answer with Encoding "gzip"). Any other non-empty Offer is
+// one for the stored bytes only.
+const OfferGzip = "gzip"
+
+// Decodes reports whether an Offer header's value accepts answers whose
+// object is stored in encoding.
+func Decodes(offer, encoding string) bool {
+	for _, v := range strings.Split(offer, ",") {
+		if strings.TrimSpace(v) == encoding {
+			return true
+		}
+	}
+	return false
+}
+
+var all = []string{Offer, URL, Range, Length, Nodes, File, Encoding, Stored}
 
 // Strip removes every handoff header from h.
 func Strip(h http.Header) {
@@ -62,6 +85,21 @@ type Answer struct {
 	// File is the id of the record whose object this is: the gateway's
 	// object cache drops the object when that record is deleted (Deleted).
 	File string
+	// Encoding is the content coding the object is stored in, which the
+	// gateway removes before sending ("gzip"); "" sends the bytes as
+	// stored. A decoded answer is always a whole object: Stored bytes are
+	// fetched and exactly Length bytes, their decoding, sent.
+	Encoding string
+	Stored   int64
+}
+
+// stored is the answer for the stored bytes a needs: a itself, or for a
+// decoded answer the whole stored object.
+func (a Answer) stored() Answer {
+	if a.Encoding != "" {
+		a.Start, a.End, a.Length, a.Encoding, a.Stored = 0, -1, a.Stored, "", 0
+	}
+	return a
 }
 
 // Set writes a into a response's headers.
@@ -76,6 +114,10 @@ func (a Answer) Set(set func(k, v string)) {
 	}
 	if a.File != "" {
 		set(File, a.File)
+	}
+	if a.Encoding != "" {
+		set(Encoding, a.Encoding)
+		set(Stored, strconv.FormatInt(a.Stored, 10))
 	}
 }
 
@@ -114,5 +156,14 @@ func Parse(h http.Header) (a Answer, ok bool, err error) {
 		}
 	}
 	a.File = h.Get(File)
+	if enc := h.Get(Encoding); enc != "" {
+		if enc != OfferGzip || a.End >= 0 {
+			return Answer{}, true, fmt.Errorf("%w: encoding %q with range %q", ErrMalformed, enc, h.Get(Range))
+		}
+		if a.Stored, err = strconv.ParseInt(h.Get(Stored), 10, 64); err != nil || a.Stored <= 0 {
+			return Answer{}, true, fmt.Errorf("%w: stored length %q", ErrMalformed, h.Get(Stored))
+		}
+		a.Encoding = enc
+	}
 	return a, true, nil
 }

@@ -23,16 +23,23 @@ func TestAnswerRoundTrip(t *testing.T) {
 		{URL: "http://minio:9000/b/k?X-Amz-Signature=x", End: -1, Length: 10},
 		{URL: "https://s3.example/b/k", Start: 5, End: 9, Length: 5, Nodes: []string{"minio1:9000", "minio2:9000"}},
 		{URL: "http://minio:9000/b/empty", End: -1, Length: 0},
+		{URL: "http://minio:9000/b/text", End: -1, Length: 4096, Encoding: "gzip", Stored: 312, File: "f1"},
 	} {
 		h := http.Header{}
 		a.Set(h.Set)
 		got, ok, err := Parse(h)
-		if !ok || err != nil || got.URL != a.URL || got.Start != a.Start || got.End != a.End || got.Length != a.Length || len(got.Nodes) != len(a.Nodes) {
+		if !ok || err != nil || got.URL != a.URL || got.Start != a.Start || got.End != a.End || got.Length != a.Length || len(got.Nodes) != len(a.Nodes) ||
+			got.Encoding != a.Encoding || got.Stored != a.Stored || got.File != a.File {
 			t.Errorf("%+v came back as %+v, %v, %v", a, got, ok, err)
 		}
 		Strip(h)
 		if len(h) != 0 {
 			t.Errorf("left after Strip: %v", h)
+		}
+	}
+	for offer, want := range map[string]bool{"gzip": true, "1, gzip": true, "1": false, "": false, "gzipx": false} {
+		if got := Decodes(offer, "gzip"); got != want {
+			t.Errorf("Decodes(%q, gzip) = %v, want %v", offer, got, want)
 		}
 	}
 	if _, ok, _ := Parse(http.Header{"Content-Type": {"text/plain"}}); ok {
@@ -45,6 +52,9 @@ func TestAnswerRoundTrip(t *testing.T) {
 		"negative":       {URL: {"http://m/b/k"}, Length: {"-1"}},
 		"range mismatch": {URL: {"http://m/b/k"}, Length: {"3"}, Range: {"0-9"}},
 		"range reversed": {URL: {"http://m/b/k"}, Length: {"1"}, Range: {"9-0"}},
+		"other encoding": {URL: {"http://m/b/k"}, Length: {"9"}, Encoding: {"br"}, Stored: {"3"}},
+		"no stored":      {URL: {"http://m/b/k"}, Length: {"9"}, Encoding: {"gzip"}},
+		"encoded range":  {URL: {"http://m/b/k"}, Length: {"3"}, Range: {"0-2"}, Encoding: {"gzip"}, Stored: {"3"}},
 	} {
 		if _, ok, err := Parse(h); !ok || !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: ok %v, err %v, want ErrMalformed", name, ok, err)

@@ -34,6 +34,12 @@ import (
 // is cached on its second whole fetch within TTL (its first only marks it
 // seen), so that objects fetched once never push out the ones asked for
 // again. Ranges of a cached object are sent from it too.
+//
+// Objects are cached as stored, and counted by their stored bytes: a
+// gzip-stored file is kept compressed whichever representation its
+// fetches were for, sent as it is to clients that accept gzip and inflated
+// on the way out for those that do not (an Answer with Encoding, inflate),
+// so both are served from one entry.
 
 // CacheConfig sizes a Fetcher's object cache; Bytes 0 turns it off.
 type CacheConfig struct {

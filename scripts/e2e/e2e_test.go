@@ -65,6 +65,13 @@ func platform(t *testing.T, env map[string]string) (*stack.Platform, stack.Secre
 // here): replicas, gateways, or a subset of the services, named by the keys
 // of o.Bins (the values are filled in with the built binaries).
 func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.Platform, stack.Secrets, *stack.Output) {
+	t.Helper()
+	return platformOn(t, env, o, nil)
+}
+
+// platformOn is platformWith on the test kit's servers as edit changes
+// them (nil: unchanged), e.g. its object store behind a proxy.
+func platformOn(t *testing.T, env map[string]string, o stack.Options, edit func(*stack.Servers)) (*stack.Platform, stack.Secrets, *stack.Output) {
 	testkit.SkipShort(t)
 	t.Helper()
 	bins := builtServices(t)
@@ -81,6 +88,9 @@ func platformWith(t *testing.T, env map[string]string, o stack.Options) (*stack.
 	servers := stack.Servers{
 		MongoURL: s.MongoURL, MongoDB: s.Database(t), NATSURL: s.NATSURL, SubjectPrefix: s.SubjectPrefix(t),
 		S3Endpoint: s.S3Endpoint, S3Access: s.S3Access, S3Secret: s.S3Secret, S3Bucket: s.Bucket(t),
+	}
+	if edit != nil {
+		edit(&servers)
 	}
 	o.Env, o.Out = env, logs
 	if o.GatewayAddr == "" {

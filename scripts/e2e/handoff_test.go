@@ -243,6 +243,29 @@ func TestHandoffPrefetch(t *testing.T) {
 		checkErrSentID(t, "download of a deleted file", admin.raw("GET", "/download/file/"+id, nil, nil, ""), 404, id)
 	}
 	wantCounts("deleted file", 5, 3)
+
+	// A gzip-stored text file: its two representations are handed off
+	// apart (as stored with gzip, to be inflated without), each prefetched
+	// from its own last answer and sent intact.
+	text := []byte(strings.Repeat("prefetched and inflated; ", 400))
+	up := admin.upload("/upload/file", part{field: "file", filename: "t.txt", contentType: "text/plain", data: bytes.NewReader(text)})
+	if up.status != 201 {
+		t.Fatalf("text upload: %d %s", up.status, up.body)
+	}
+	tid := up.json(t)["file"].(map[string]any)["id"].(string)
+	var gz []byte
+	for i := range 3 {
+		d := admin.raw("GET", "/download/file/"+tid, nil, nil, "")
+		if d.status != 200 || !bytes.Equal(d.body, text) || d.header.Get("Content-Encoding") != "" {
+			t.Fatalf("text download %d: %d, %d bytes, %v", i+1, d.status, len(d.body), d.header)
+		}
+		g := admin.raw("GET", "/download/file/"+tid, map[string]string{"Accept-Encoding": "gzip"}, nil, "")
+		if g.status != 200 || g.header.Get("Content-Encoding") != "gzip" || len(g.body) == 0 || gz != nil && !bytes.Equal(g.body, gz) {
+			t.Fatalf("gzip text download %d: %d, %d bytes, %v", i+1, g.status, len(g.body), g.header)
+		}
+		gz = g.body
+	}
+	wantCounts("text downloads, three of each representation", 9, 3)
 }
 
 func objectCache(t *testing.T, metricsURL, series string) float64 {

@@ -105,7 +105,9 @@ func prefetchCaller(r *http.Request, route Route, authz string) (caller string, 
 var unprefetched = []string{"Range", "If-Range", "If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since"}
 
 // prefetchKey is the key of an eligible request (a whole-object GET to the
-// files service) from caller, or "" for any other.
+// files service) from caller, or "" for any other. Its Accept-Encoding is
+// part of it: a gzip-stored file is handed off as stored to a client that
+// accepts gzip, and to be inflated to one that does not.
 func prefetchKey(r *http.Request, caller string) string {
 	if r.Method != http.MethodGet {
 		return ""
@@ -115,7 +117,7 @@ func prefetchKey(r *http.Request, caller string) string {
 			return ""
 		}
 	}
-	return caller + " " + r.URL.RequestURI()
+	return caller + " " + r.URL.RequestURI() + " " + r.Header.Get("Accept-Encoding")
 }
 
 // prefetch is one object fetch started before the files service answered.
@@ -142,7 +144,8 @@ func startPrefetch(ctx context.Context, f *handoff.Fetcher, a handoff.Answer) *p
 // matches reports whether the files service's answer a hands off exactly
 // the bytes this fetch asked for.
 func (p *prefetch) matches(a handoff.Answer) bool {
-	return p.a.URL == a.URL && p.a.Start == a.Start && p.a.End == a.End && p.a.Length == a.Length && slices.Equal(p.a.Nodes, a.Nodes)
+	return p.a.URL == a.URL && p.a.Start == a.Start && p.a.End == a.End && p.a.Length == a.Length && slices.Equal(p.a.Nodes, a.Nodes) &&
+		p.a.Encoding == a.Encoding && p.a.Stored == a.Stored
 }
 
 // take waits for the fetch and hands its body over to the caller; a failed

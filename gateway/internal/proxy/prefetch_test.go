@@ -22,8 +22,13 @@ func TestPrefetchKeys(t *testing.T) {
 	if !ok || caller == "" || caller == "secret-one" || len(caller) != 64 {
 		t.Fatalf("session caller %q %v: want a hash", caller, ok)
 	}
-	if k := prefetchKey(r, caller); k != caller+" /download/file/abc?x=1" {
+	if k := prefetchKey(r, caller); k != caller+" /download/file/abc?x=1 " {
 		t.Fatalf("key %q", k)
+	}
+	gz := r.Clone(r.Context())
+	gz.Header.Set("Accept-Encoding", "gzip")
+	if k := prefetchKey(gz, caller); k == prefetchKey(r, caller) {
+		t.Fatal("a client accepting gzip and one that does not share a key (their answers differ)")
 	}
 	r2 := httptest.NewRequest("GET", "/download/file/abc?x=1", nil)
 	r2.AddCookie(&http.Cookie{Name: "sessionId", Value: "secret-two"})
@@ -82,6 +87,7 @@ func TestPrefetchTable(t *testing.T) {
 		{URL: a.URL, Start: 0, End: 4, Length: 5},
 		{URL: a.URL, End: -1, Length: 11},
 		{URL: a.URL, End: -1, Length: 10, Nodes: []string{"m1:9000", "m2:9000"}},
+		{URL: a.URL, End: -1, Length: 10, Encoding: "gzip", Stored: 10},
 	} {
 		if pre.matches(b) {
 			t.Fatalf("%+v matches %+v", b, a)

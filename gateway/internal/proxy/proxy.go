@@ -159,7 +159,7 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Set(identity.Header, t.token)
 	pr.Out.Header.Set(web.RequestIDHeader, t.rid)
 	if h.cfg.Handoff != nil && t.service == "files" && pr.Out.Method == http.MethodGet {
-		pr.Out.Header.Set(handoff.Offer, "1")
+		pr.Out.Header.Set(handoff.Offer, handoff.OfferGzip) // it fetches, and inflates gzip-stored files
 	}
 }
 

@@ -156,7 +156,7 @@ func (h *handler) serve(c *fiber.Ctx, f *files.File, id string) error {
 		return nil
 	}
 
-	if h.handoff(c, f, start, end, n, !gz || sendGzip) {
+	if h.handoff(c, f, start, end, n, gz && !sendGzip) {
 		return nil
 	}
 	obj, err := h.svc.Open(c.UserContext(), f, start, end)
@@ -185,11 +185,15 @@ func (h *handler) serve(c *fiber.Ctx, f *files.File, id string) error {
 
 // handoff answers a GET that offers it (the gateway's Offer header) with a
 // presigned GET of the stored bytes start..end (n of them) and an empty
-// body: the gateway fetches and sends them (package handoff). It does not
-// when the bytes are not sent as stored (inflated), when handoff is off, or
-// when presigning fails (logged; the bytes are then streamed here).
-func (h *handler) handoff(c *fiber.Ctx, f *files.File, start, end, n int64, asStored bool) bool {
-	if h.o.HandoffTTL <= 0 || !asStored || c.Method() != fiber.MethodGet || c.Get(handoff.Offer) == "" {
+// body: the gateway fetches and sends them (package handoff). A file to be
+// inflated (a gzip-stored one for a client that does not accept gzip) is
+// handed off whole with its encoding when the gateway can inflate it: it
+// fetches the f.Stored bytes and sends their n inflated ones. It does not
+// hand off when handoff is off, when the gateway cannot inflate, or when
+// presigning fails (logged; the bytes are then streamed here).
+func (h *handler) handoff(c *fiber.Ctx, f *files.File, start, end, n int64, inflate bool) bool {
+	offer := c.Get(handoff.Offer)
+	if h.o.HandoffTTL <= 0 || c.Method() != fiber.MethodGet || offer == "" || inflate && !handoff.Decodes(offer, f.Encoding) {
 		return false
 	}
 	url, nodes, err := h.svc.Presign(c.UserContext(), f, h.o.HandoffTTL)
@@ -198,6 +202,9 @@ func (h *handler) handoff(c *fiber.Ctx, f *files.File, start, end, n int64, asSt
 		return false
 	}
 	a := handoff.Answer{URL: url, Start: start, End: end, Length: n, Nodes: nodes, File: f.ID}
+	if inflate {
+		a.Encoding, a.Stored = f.Encoding, f.Stored // start 0, end -1: never a range
+	}
 	a.Set(func(k, v string) { c.Set(k, v) })
 	h.o.Meter.Downloaded(int(n))
 	c.Response().Header.SetContentLength(0)
