@@ -198,8 +198,9 @@ func cacheRecords(p *service.Process, cfg Config, records files.Store, reg *prom
 		ownerCache = filecache.NewOwnerCache(cfg.OwnerCacheTTL, cfg.OwnerCacheSize)
 		reg.MustRegister(ownerCache.Collectors(metrics.Namespace, "files_owner", "owners' listings and usage")...)
 	}
+	origin := files.NewID() // this process, in the messages it publishes
 	if recordCache != nil || ownerCache != nil {
-		fence, err := natsfence.New(p.NATS, filecache.Subject(cfg.SubjectPrefix), filecache.Apply(recordCache, ownerCache, p.Log), filecache.Reset(recordCache, ownerCache), p.Log)
+		fence, err := natsfence.New(p.NATS, filecache.Subject(cfg.SubjectPrefix), filecache.Apply(recordCache, ownerCache, origin, p.Log), filecache.Reset(recordCache, ownerCache), p.Log)
 		if err != nil {
 			return nil, fmt.Errorf("nats subscribe: %w", err)
 		}
@@ -213,7 +214,7 @@ func cacheRecords(p *service.Process, cfg Config, records files.Store, reg *prom
 	}
 	// Deletions and changed owners are announced even with both caches
 	// off: other replicas and the gateways' object caches drop them.
-	return filecache.New(records, recordCache, ownerCache, filecache.Publisher(p.NATS, cfg.SubjectPrefix, p.Log)), nil
+	return filecache.New(records, recordCache, ownerCache, filecache.Publisher(p.NATS, cfg.SubjectPrefix, origin, p.Log)), nil
 }
 
 // serveTus starts the tus listener (FILES_TUS_ADDR); it stops, within

@@ -19,18 +19,21 @@ import (
 
 // Collections of the store.
 const (
-	Collection      = "files"       // file records
-	LinksCollection = "file_links"  // share links
-	QuotaCollection = "file_quotas" // quotas set for single users
+	Collection      = "files"      // file records
+	LinksCollection = "file_links" // share links
+	// QuotaCollection held the quotas set for single users; they are kept
+	// in UsageCollection, and EnsureIndexes moves any found here there.
+	QuotaCollection = "file_quotas"
 	SlotsCollection = "file_link_downloads"
-	// UsageCollection (usage.go) holds each owner's bytes and count.
+	// UsageCollection (usage.go) holds each owner's account: bytes,
+	// count and own quota.
 )
 
 // Store is a files.Store.
 type Store struct {
 	coll   *mongo.Collection
 	links  *mongo.Collection
-	quotas *mongo.Collection
+	quotas *mongo.Collection // only read to move its quotas (EnsureIndexes)
 	slots  *mongo.Collection // downloads taken of limited links
 	usage  *mongo.Collection // each owner's bytes and count (usage.go)
 }
@@ -42,8 +45,12 @@ func New(db *mongo.Database) *Store {
 	return &Store{coll: db.Collection(Collection), links: db.Collection(LinksCollection), quotas: db.Collection(QuotaCollection), slots: db.Collection(SlotsCollection), usage: db.Collection(UsageCollection)}
 }
 
-// EnsureIndexes creates the listing and link indexes (idempotent).
+// EnsureIndexes creates the listing and link indexes and moves quotas left
+// in QuotaCollection into the owners' accounts (idempotent).
 func (s *Store) EnsureIndexes(ctx context.Context) error {
+	if err := s.moveQuotas(ctx); err != nil {
+		return err
+	}
 	if err := mongox.EnsureIndexes(ctx, s.coll, mongo.IndexModel{
 		Keys:    bson.D{{Key: "owner", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}},
 		Options: options.Index().SetName("owner_createdAt"),
@@ -306,30 +313,37 @@ func (s *Store) DeleteLinksExpiredBefore(ctx context.Context, t time.Time) (int6
 	return res.DeletedCount, nil
 }
 
-// Quota returns the quota set for owner, if any.
-func (s *Store) Quota(ctx context.Context, owner string) (int64, bool, error) {
-	var d struct {
-		Quota int64 `bson:"quota"`
-	}
-	err := s.quotas.FindOne(ctx, bson.D{{Key: "_id", Value: owner}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, mapErr(err)
-	}
-	return d.Quota, true, nil
-}
-
-// SetQuota sets or (nil) removes owner's quota.
-func (s *Store) SetQuota(ctx context.Context, owner string, quota *int64) error {
-	if quota == nil {
-		_, err := s.quotas.DeleteOne(ctx, bson.D{{Key: "_id", Value: owner}})
+// moveQuotas moves the quotas of QuotaCollection into the owners' account
+// documents that have none, then deletes each there unless it changed
+// meanwhile. The collection's count is read first (in
+// constant time), so an empty one costs no read of its documents.
+func (s *Store) moveQuotas(ctx context.Context) error {
+	if n, err := s.quotas.EstimatedDocumentCount(ctx); err != nil || n == 0 {
 		return mapErr(err)
 	}
-	_, err := s.quotas.UpdateOne(ctx, bson.D{{Key: "_id", Value: owner}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "quota", Value: *quota}}}}, options.UpdateOne().SetUpsert(true))
-	return mapErr(err)
+	cur, err := s.quotas.Find(ctx, bson.D{})
+	if err != nil {
+		return mapErr(err)
+	}
+	var docs []struct {
+		ID    string `bson:"_id"`
+		Quota int64  `bson:"quota"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return mapErr(err)
+	}
+	for _, d := range docs {
+		// An account that has its own quota already was set since: it wins.
+		_, err := s.usage.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "quota", Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "quota", Value: d.Quota}}}}, options.UpdateOne().SetUpsert(true))
+		if err != nil && !mongox.IsDuplicate(err) {
+			return mapErr(err)
+		}
+		if _, err := s.quotas.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "quota", Value: d.Quota}}); err != nil {
+			return mapErr(err)
+		}
+	}
+	return nil
 }
 
 func linkErr(err error) error {
