@@ -131,13 +131,14 @@ func (s *Store) Account(ctx context.Context, owner string) (files.Account, error
 
 // Reserve reserves in owner's account and keeps the account it answers
 // (see OwnerCache.PutAccount), so that this process's next upload of the
-// owner is bounded without a read. Nothing is announced: the record's
-// insert (or the reservation's release) that follows does it.
+// owner is bounded without a read. A reservation taken is announced by
+// the record's insert (or the reservation's release) that follows; a
+// failed one, which may still have been applied, at once.
 func (s *Store) Reserve(ctx context.Context, owner string, n int64, expect files.Account, max int64) (files.Account, bool, error) {
 	token := s.owners.Token(owner)
 	a, ok, err := s.Store.Reserve(ctx, owner, n, expect, max)
-	if err != nil {
-		s.owners.Invalidate(owner)
+	if err != nil { // it may still have been applied
+		s.changed(ctx, owner)
 		return a, ok, err
 	}
 	s.owners.PutAccount(owner, token, a)

@@ -9,10 +9,10 @@ import (
 
 // Usage is what an owner stores against their quota.
 type Usage struct {
-	Used    int64 // bytes of the owner's records (as uploaded; images as re-encoded)
+	Used    int64 // bytes of the owner's records (as uploaded; images as re-encoded), uploads in flight included
 	Quota   int64 // bytes allowed, when Limited
 	Limited bool  // false: no quota applies
-	Files   int64 // records
+	Files   int64 // records, uploads in flight included
 }
 
 // Usage returns owner's usage and the quota in force for them.

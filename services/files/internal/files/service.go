@@ -324,6 +324,8 @@ func (p *Pending) Commit(ctx context.Context, owner, name string, meta *string) 
 		known = a
 	}
 	if err := s.reserve(ctx, owner, f.Size, known); err != nil {
+		// A reservation whose answer was lost may have been taken: it stays
+		// (the usage may count this upload, never miss one).
 		p.Discard()
 		return nil, err
 	}
