@@ -63,6 +63,10 @@ type Deleted struct {
 	// (services/files/internal/filecache). "*" means every owner. The
 	// gateways' object caches ignore it: an insert publishes Owners alone.
 	Owners []string `json:"owners,omitempty"`
+	// Origin names the files process that published the message, which
+	// applied it to its own caches before publishing and skips it when it
+	// comes back. The gateways ignore it.
+	Origin string `json:"origin,omitempty"`
 }
 
 const seenMax = 4096 // objects remembered as fetched once (doorkeeper)

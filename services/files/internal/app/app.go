@@ -28,6 +28,7 @@ import (
 	"github.com/acme/platform/services/files/internal/tusapi"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -43,6 +44,8 @@ type hooks struct {
 	objects func(files.ObjectStore) files.ObjectStore
 	// tusReady receives the tus listener's bound address.
 	tusReady func(addr string)
+	// mongoMonitor, when set, sees every command sent to MongoDB.
+	mongoMonitor *event.CommandMonitor
 }
 
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string), hk hooks) error {
@@ -73,7 +76,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		return err
 	}
 	verifier := identity.NewVerifier(pub, "files")
-	mc, records, objects, err := connectStores(ctx, p, cfg)
+	mc, records, objects, err := connectStores(ctx, p, cfg, hk.mongoMonitor)
 	if err != nil {
 		return err
 	}
@@ -151,10 +154,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 
 // connectStores connects to MongoDB and S3 and makes sure of the indexes
 // and the bucket.
-func connectStores(ctx context.Context, p *service.Process, cfg Config) (*mongo.Client, *mongostore.Store, *s3store.Store, error) {
-	mc, disconnect, err := mongox.Connect(ctx, options.Client().ApplyURI(cfg.MongoURL).
-		SetServerSelectionTimeout(5*time.Second).
-		SetConnectTimeout(5*time.Second), 15*time.Second)
+func connectStores(ctx context.Context, p *service.Process, cfg Config, monitor *event.CommandMonitor) (*mongo.Client, *mongostore.Store, *s3store.Store, error) {
+	opts := options.Client().ApplyURI(cfg.MongoURL).
+		SetServerSelectionTimeout(5 * time.Second).
+		SetConnectTimeout(5 * time.Second)
+	if monitor != nil {
+		opts.SetMonitor(monitor)
+	}
+	mc, disconnect, err := mongox.Connect(ctx, opts, 15*time.Second)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -198,8 +205,9 @@ func cacheRecords(p *service.Process, cfg Config, records files.Store, reg *prom
 		ownerCache = filecache.NewOwnerCache(cfg.OwnerCacheTTL, cfg.OwnerCacheSize)
 		reg.MustRegister(ownerCache.Collectors(metrics.Namespace, "files_owner", "owners' listings and usage")...)
 	}
+	origin := files.NewID() // this process, in the messages it publishes
 	if recordCache != nil || ownerCache != nil {
-		fence, err := natsfence.New(p.NATS, filecache.Subject(cfg.SubjectPrefix), filecache.Apply(recordCache, ownerCache, p.Log), filecache.Reset(recordCache, ownerCache), p.Log)
+		fence, err := natsfence.New(p.NATS, filecache.Subject(cfg.SubjectPrefix), filecache.Apply(recordCache, ownerCache, origin, p.Log), filecache.Reset(recordCache, ownerCache), p.Log)
 		if err != nil {
 			return nil, fmt.Errorf("nats subscribe: %w", err)
 		}
@@ -213,7 +221,7 @@ func cacheRecords(p *service.Process, cfg Config, records files.Store, reg *prom
 	}
 	// Deletions and changed owners are announced even with both caches
 	// off: other replicas and the gateways' object caches drop them.
-	return filecache.New(records, recordCache, ownerCache, filecache.Publisher(p.NATS, cfg.SubjectPrefix, p.Log)), nil
+	return filecache.New(records, recordCache, ownerCache, filecache.Publisher(p.NATS, cfg.SubjectPrefix, origin, p.Log)), nil
 }
 
 // serveTus starts the tus listener (FILES_TUS_ADDR); it stops, within

@@ -1,20 +1,23 @@
 // Package filecache keeps file records read by id, and each owner's
-// listing pages and usage, in memory, so that a download, an image, a
-// retrieve, a GET /files or a quota check usually needs no database read,
-// without ever serving a record that was deleted, or a listing or usage
-// that an upload or deletion changed (through any files replica), before
-// the request arrived.
+// listing pages and account (usage and own quota), in memory, so that a
+// download, an image, a retrieve, a GET /files or an upload's quota bound
+// usually needs no database read, without ever serving a record that was
+// deleted, or a listing or usage that an upload, deletion or quota change
+// (through any files replica) changed before the request arrived.
 //
 // Records never change once written: an insert and a delete are the only
-// writes. Store.Insert and Store.Delete (which every upload, tus finish,
-// deletion and erasure of a user's files goes through) drop what they make
-// wrong here and publish it on <prefix>.files.deleted, flushed, before the
-// write answers: {"files":[id],"owners":[owner]} for a delete,
-// {"owners":[owner]} for an insert. Every replica applies those messages
-// (Apply, fed by pkg/natsfence), and serves a cached record, page or usage
-// only after a fence round trip begun after the request arrived
-// (pkg/fencedcache says why that is enough). When NATS is away the fence
-// fails and the database is read.
+// writes. Store.Insert, Store.Delete, and the account's writes other than
+// a reservation (Release, SetQuota, ForgetUsage) drop what they make wrong
+// here and publish it on <prefix>.files.deleted, flushed, before the write
+// answers: {"files":[id],"owners":[owner]} for a delete, {"owners":[owner]}
+// otherwise. An upload's reservation is announced by its record's insert
+// (or by its release); the account it answers is kept here (Reserve), so
+// that the same owner's next upload through this replica is bounded with
+// no read. Every replica applies the messages of the others (Apply, fed by
+// pkg/natsfence), and serves a cached record, page or account only after
+// a fence round trip begun after the request arrived (pkg/fencedcache says
+// why that is enough). When NATS is away the fence fails and the database
+// is read.
 package filecache
 
 import (
@@ -49,15 +52,21 @@ func NewCache(ttl time.Duration, max int) *Cache {
 }
 
 // Apply is the natsfence apply function for Subject: it drops the records
-// and the owners' listings a message names, and everything when a message
-// cannot be read. Either cache may be nil.
-func Apply(c *Cache, owners *OwnerCache, log *slog.Logger) func([]byte) {
+// and the owners' listings and accounts a message names, and everything
+// when a message cannot be read. A message of origin (this process's
+// Publisher) is skipped: Store applied it here before publishing it, and
+// may have kept since the account its reservation left (PutAccount).
+// Either cache may be nil.
+func Apply(c *Cache, owners *OwnerCache, origin string, log *slog.Logger) func([]byte) {
 	return func(data []byte) {
 		var d Deleted
 		if err := json.Unmarshal(data, &d); err != nil {
 			log.Warn("bad file deletion message", "err", err)
 			c.Clear()
 			owners.Clear()
+			return
+		}
+		if origin != "" && d.Origin == origin {
 			return
 		}
 		c.Invalidate(d.Files...)
@@ -73,8 +82,8 @@ func Reset(c *Cache, owners *OwnerCache) func() {
 	}
 }
 
-// Store is a files.Store whose Get, ListByOwner and Usage read through the
-// caches, and whose Insert and Delete invalidate them on every replica.
+// Store is a files.Store whose Get, ListByOwner and Account read through
+// the caches, and whose writes invalidate them on every replica.
 type Store struct {
 	files.Store
 	cache   *Cache
@@ -113,30 +122,69 @@ func (s *Store) ListByOwner(ctx context.Context, owner string, skip, limit int) 
 	})
 }
 
-// Usage returns owner's bytes and count (see files.Store).
-func (s *Store) Usage(ctx context.Context, owner string) (int64, int64, error) {
-	return s.owners.Usage(ctx, owner, func(ctx context.Context) (int64, int64, error) {
-		return s.Store.Usage(ctx, owner)
+// Account returns owner's account (see files.AccountStore).
+func (s *Store) Account(ctx context.Context, owner string) (files.Account, error) {
+	return s.owners.Account(ctx, owner, func(ctx context.Context) (files.Account, error) {
+		return s.Store.Account(ctx, owner)
 	})
+}
+
+// Reserve reserves in owner's account and keeps the account it answers
+// (see OwnerCache.PutAccount), so that this process's next upload of the
+// owner is bounded without a read. A reservation taken is announced by
+// the record's insert (or the reservation's release) that follows; a
+// failed one, which may still have been applied, at once.
+func (s *Store) Reserve(ctx context.Context, owner string, n int64, expect files.Account, max int64) (files.Account, bool, error) {
+	token := s.owners.Token(owner)
+	a, ok, err := s.Store.Reserve(ctx, owner, n, expect, max)
+	if err != nil { // it may still have been applied
+		s.changed(ctx, owner)
+		return a, ok, err
+	}
+	s.owners.PutAccount(owner, token, a)
+	return a, ok, nil
+}
+
+// Release gives a reservation back, then drops the owner's account here
+// and announces the owner.
+func (s *Store) Release(ctx context.Context, owner string, n int64) error {
+	err := s.Store.Release(ctx, owner, n)
+	s.changed(ctx, owner)
+	return err
+}
+
+// SetQuota sets owner's quota, then drops their account here and
+// announces the owner.
+func (s *Store) SetQuota(ctx context.Context, owner string, quota *int64) error {
+	err := s.Store.SetQuota(ctx, owner, quota)
+	s.changed(ctx, owner)
+	return err
 }
 
 // ForgetUsage drops owner's kept usage, then its listings here, and
 // announces the owner.
 func (s *Store) ForgetUsage(ctx context.Context, owner string) error {
 	err := s.Store.ForgetUsage(ctx, owner)
+	s.changed(ctx, owner)
+	return err
+}
+
+// changed drops what is cached of owner here and announces the owner.
+func (s *Store) changed(ctx context.Context, owner string) {
 	s.owners.Invalidate(owner)
 	if s.publish != nil {
 		s.publish(ctx, Deleted{Owners: []string{owner}})
 	}
-	return err
 }
 
-// Insert writes the record, then drops its owner's listings here and
-// announces the owner, whatever the outcome (a failed insert may still
-// have been applied).
+// Insert writes the record, then drops its owner's listings here (the
+// account stays: Reserve counted the record) and announces the owner,
+// whatever the outcome (a failed insert may still have been applied).
+// Other replicas drop the owner's account too: theirs may predate the
+// reservation.
 func (s *Store) Insert(ctx context.Context, f *files.File) error {
 	err := s.Store.Insert(ctx, f)
-	s.owners.Invalidate(f.Owner)
+	s.owners.InvalidatePages(f.Owner)
 	if s.publish != nil {
 		s.publish(ctx, Deleted{Owners: []string{f.Owner}})
 	}
@@ -166,13 +214,15 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	return err
 }
 
-// Publisher returns the publish function of New on nc. A failure is logged:
+// Publisher returns the publish function of New on nc, naming origin (a
+// value of this process alone, given to Apply too) in every message. A failure is logged:
 // the write stands, other replicas may serve the deleted record, or the
 // owner's former listing and usage, until it expires from their caches
 // (a deleted record's bytes are gone from S3 by then or soon after).
-func Publisher(nc *nats.Conn, prefix string, log *slog.Logger) func(context.Context, Deleted) {
+func Publisher(nc *nats.Conn, prefix, origin string, log *slog.Logger) func(context.Context, Deleted) {
 	subject := Subject(prefix)
 	return func(ctx context.Context, d Deleted) {
+		d.Origin = origin
 		body, _ := json.Marshal(d)
 		if err := natsfence.Publish(nc, subject, body); err != nil {
 			log.WarnContext(ctx, "publish file change failed; other replicas expire it from their caches", "err", err, "files", len(d.Files), "owners", len(d.Owners))

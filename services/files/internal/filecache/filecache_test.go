@@ -72,7 +72,7 @@ func TestApply(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		_, _ = c.Get(context.Background(), id, load)
 	}
-	apply := Apply(c, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	apply := Apply(c, nil, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	apply([]byte(`{"files":["a","b"]}`))
 	if c.Len() != 1 {
 		t.Fatalf("%d entries after deleting a and b, want 1", c.Len())

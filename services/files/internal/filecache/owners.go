@@ -25,11 +25,13 @@ const maxPagesPerOwner = 16
 const stripes = 64
 
 // OwnerCache keeps, per owner, the listing pages (ListByOwner answers by
-// skip and limit) and the usage (bytes and count) read from the database,
+// skip and limit) and the account (bytes, count, own quota) read from the
+// database or left by this process's last reservation (PutAccount),
 // under the same rules as pkg/fencedcache: an entry is served only after
 // the fence succeeded for this request, a load that raced an invalidation
 // of its owner is not stored, and every write that changes an owner's
-// records invalidates the owner here and on every replica (Store).
+// records or account invalidates the owner here and on every replica
+// (Store).
 //
 // Its size is counted in records: every record of a cached page, plus one
 // per page and per usage. The zero ttl disables it; a nil *OwnerCache does
@@ -58,8 +60,8 @@ type cachedPage struct {
 }
 
 type cachedUsage struct {
-	bytes, count int64
-	expires      time.Time
+	acct    files.Account
+	expires time.Time
 }
 
 type ownerEntry struct {
@@ -154,8 +156,8 @@ func (c *OwnerCache) List(ctx context.Context, owner string, skip, limit int, lo
 	return out, nil
 }
 
-// Usage returns owner's bytes and count, like List.
-func (c *OwnerCache) Usage(ctx context.Context, owner string, load func(context.Context) (int64, int64, error)) (int64, int64, error) {
+// Account returns owner's account, like List.
+func (c *OwnerCache) Account(ctx context.Context, owner string, load func(context.Context) (files.Account, error)) (files.Account, error) {
 	if !c.Enabled() || !c.fenced(ctx) {
 		return load(ctx)
 	}
@@ -166,24 +168,86 @@ func (c *OwnerCache) Usage(ctx context.Context, owner string, load func(context.
 		u := *e.usage
 		c.mu.Unlock()
 		c.hits.Add(1)
-		return u.bytes, u.count, nil
+		return u.acct, nil
 	}
 	c.mu.Unlock()
 	c.misses.Add(1)
-	bytes, count, err := load(ctx)
+	a, err := load(ctx)
 	if err != nil {
-		return bytes, count, err
+		return a, err
 	}
 	c.mu.Lock()
 	if c.seq[s] == seq {
-		e := c.entryLocked(owner, 1)
-		if e.usage == nil {
-			c.addLocked(e, 1)
-		}
-		e.usage = &cachedUsage{bytes: bytes, count: count, expires: c.Now().Add(c.ttl)}
+		c.putAccountLocked(owner, a)
 	}
 	c.mu.Unlock()
-	return bytes, count, nil
+	return a, nil
+}
+
+// Token returns what PutAccount needs to tell whether owner was
+// invalidated since: take it before the write whose result is put.
+func (c *OwnerCache) Token(owner string) uint64 {
+	if !c.Enabled() {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq[c.stripe(owner)]
+}
+
+// PutAccount keeps a the account that a write of this process left
+// (a reservation's answer), unless owner was invalidated (or anything
+// else that token's stripe holds) since token was taken: then another
+// write may have followed it, and owner's account is dropped instead.
+// Either way loads in flight for the owner are not stored.
+func (c *OwnerCache) PutAccount(owner string, token uint64, a files.Account) {
+	if !c.Enabled() {
+		return
+	}
+	s := c.stripe(owner)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seq[s] == token {
+		c.putAccountLocked(owner, a)
+	} else if e := c.m[owner]; e != nil && e.usage != nil {
+		c.dropLocked(e, 1)
+		e.usage = nil
+		if e.held == 0 {
+			delete(c.m, owner)
+		}
+	}
+	c.seq[s]++
+}
+
+func (c *OwnerCache) putAccountLocked(owner string, a files.Account) {
+	e := c.entryLocked(owner, 1)
+	if e.usage == nil {
+		c.addLocked(e, 1)
+	}
+	e.usage = &cachedUsage{acct: a, expires: c.Now().Add(c.ttl)}
+}
+
+// InvalidatePages drops owner's listing pages and keeps their account: an
+// insert of a record whose bytes were reserved changes the listing, not
+// the account.
+func (c *OwnerCache) InvalidatePages(owner string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq[c.stripe(owner)]++
+	e := c.m[owner]
+	if e == nil {
+		return
+	}
+	for k, p := range e.pages {
+		c.dropLocked(e, len(p.recs)+1)
+		delete(e.pages, k)
+	}
+	if e.held == 0 {
+		delete(c.m, owner)
+	}
 }
 
 // entryLocked returns owner's entry, made (and room made for weight more)

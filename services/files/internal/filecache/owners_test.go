@@ -21,16 +21,20 @@ import (
 
 // memStore is an in-memory files.Store of records (the link and quota
 // methods are not used here and panic); it counts the reads of listings
-// and usage, and fails Get when getErr is set.
+// and accounts, and fails Get when getErr is set. An account is the sum of
+// the owner's records plus the reservations not inserted yet.
 type memStore struct {
 	files.Store
 	mu                  sync.Mutex
 	recs                map[string]files.File
+	reserved            map[string]files.Account
 	lists, usages, gets int
 	getErr              error
 }
 
-func newMemStore() *memStore { return &memStore{recs: map[string]files.File{}} }
+func newMemStore() *memStore {
+	return &memStore{recs: map[string]files.File{}, reserved: map[string]files.Account{}}
+}
 
 func (m *memStore) Insert(_ context.Context, f *files.File) error {
 	m.mu.Lock()
@@ -39,7 +43,29 @@ func (m *memStore) Insert(_ context.Context, f *files.File) error {
 		return files.ErrConflict
 	}
 	m.recs[f.ID] = *f
+	r := m.reserved[f.Owner]
+	r.Bytes -= f.Size
+	r.Count--
+	m.reserved[f.Owner] = r
 	return nil
+}
+
+func (m *memStore) Reserve(_ context.Context, owner string, n int64, _ files.Account, _ int64) (files.Account, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.reserved[owner]
+	r.Bytes += n
+	r.Count++
+	m.reserved[owner] = r
+	return m.accountLocked(owner), true, nil
+}
+
+// upload reserves f's bytes and inserts f through s, as Commit does.
+func upload(ctx context.Context, s files.Store, f *files.File) error {
+	if _, _, err := s.Reserve(ctx, f.Owner, f.Size, files.Account{}, -1); err != nil {
+		return err
+	}
+	return s.Insert(ctx, f)
 }
 
 func (m *memStore) Get(_ context.Context, id string) (*files.File, error) {
@@ -92,18 +118,22 @@ func (m *memStore) ListByOwner(_ context.Context, owner string, skip, limit int)
 
 func (m *memStore) ForgetUsage(context.Context, string) error { return nil } // usage is summed each time
 
-func (m *memStore) Usage(_ context.Context, owner string) (int64, int64, error) {
+func (m *memStore) Account(_ context.Context, owner string) (files.Account, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.usages++
-	var b, n int64
+	return m.accountLocked(owner), nil
+}
+
+func (m *memStore) accountLocked(owner string) files.Account {
+	a := m.reserved[owner]
 	for _, f := range m.recs {
 		if f.Owner == owner {
-			b += f.Size
-			n++
+			a.Bytes += f.Size
+			a.Count++
 		}
 	}
-	return b, n, nil
+	return a
 }
 
 func (m *memStore) reads() (lists, usages int) {
@@ -137,7 +167,7 @@ func TestOwnerCacheOnOneReplica(t *testing.T) {
 	s := New(inner, NewCache(time.Minute, 100), NewOwnerCache(time.Minute, 1000), func(_ context.Context, d Deleted) { announced = append(announced, d) })
 	ctx := context.Background()
 	for _, f := range []*files.File{record("a1", "alice", 10), record("a2", "alice", 20), record("b1", "bob", 5)} {
-		if err := s.Insert(ctx, f); err != nil {
+		if err := upload(ctx, s, f); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,7 +187,8 @@ func TestOwnerCacheOnOneReplica(t *testing.T) {
 	}
 	usage := func(owner string, wantBytes, wantCount int64) {
 		t.Helper()
-		b, n, err := s.Usage(ctx, owner)
+		a, err := s.Account(ctx, owner)
+		b, n := a.Bytes, a.Count
 		if err != nil || b != wantBytes || n != wantCount {
 			t.Fatalf("usage of %s: %d bytes %d files %v, want %d %d", owner, b, n, err, wantBytes, wantCount)
 		}
@@ -171,10 +202,10 @@ func TestOwnerCacheOnOneReplica(t *testing.T) {
 
 	for range 3 {
 		list("alice", "a2", "a1")
-		usage("alice", 30, 2)
+		usage("alice", 30, 2) // kept from the reservation of a2
 		list("bob", "b1")
 	}
-	reads(2, 1)
+	reads(2, 0)
 	got, _ := s.ListByOwner(ctx, "alice", 0, 21)
 	if got[0].Name != "a2.txt" {
 		t.Fatalf("cached record changed by a caller: %q", got[0].Name)
@@ -182,16 +213,17 @@ func TestOwnerCacheOnOneReplica(t *testing.T) {
 	if _, err := s.ListByOwner(ctx, "alice", 1, 1); err != nil { // another page: its own entry
 		t.Fatal(err)
 	}
-	reads(3, 1)
+	reads(3, 0)
 
-	// An insert of alice's drops her entries, not bob's.
-	if err := s.Insert(ctx, record("a3", "alice", 5)); err != nil {
+	// An upload of alice's drops her pages, not bob's, and keeps the
+	// account its reservation answered.
+	if err := upload(ctx, s, record("a3", "alice", 5)); err != nil {
 		t.Fatal(err)
 	}
 	list("alice", "a3", "a2", "a1")
 	usage("alice", 35, 3)
 	list("bob", "b1")
-	reads(4, 2)
+	reads(4, 0)
 
 	// A delete drops the record and its owner's entries, and announces both.
 	announced = nil
@@ -203,7 +235,7 @@ func TestOwnerCacheOnOneReplica(t *testing.T) {
 	}
 	list("alice", "a3", "a1")
 	usage("alice", 15, 2)
-	reads(5, 3)
+	reads(5, 1)
 
 	// A delete whose record cannot be read first (not cached, storage
 	// failing) does not know the owner: every owner goes, everywhere.
@@ -219,27 +251,27 @@ func TestOwnerCacheOnOneReplica(t *testing.T) {
 	}
 	list("bob")
 	list("alice", "a3", "a1")
-	reads(7, 3)
+	reads(7, 1)
 
 	// A failed read is not cached; an expired entry is read again.
 	c := NewOwnerCache(time.Minute, 1000)
 	now := clock
 	c.Now = func() time.Time { return now }
 	calls := 0
-	load := func(context.Context) (int64, int64, error) {
+	load := func(context.Context) (files.Account, error) {
 		calls++
 		if calls == 1 {
-			return 0, 0, files.ErrUnavailable
+			return files.Account{}, files.ErrUnavailable
 		}
-		return 1, 1, nil
+		return files.Account{Bytes: 1, Count: 1}, nil
 	}
-	if _, _, err := c.Usage(ctx, "u", load); !errors.Is(err, files.ErrUnavailable) {
+	if _, err := c.Account(ctx, "u", load); !errors.Is(err, files.ErrUnavailable) {
 		t.Fatal(err)
 	}
-	_, _, _ = c.Usage(ctx, "u", load)
-	_, _, _ = c.Usage(ctx, "u", load)
+	_, _ = c.Account(ctx, "u", load)
+	_, _ = c.Account(ctx, "u", load)
 	now = now.Add(time.Minute)
-	_, _, _ = c.Usage(ctx, "u", load)
+	_, _ = c.Account(ctx, "u", load)
 	if calls != 3 {
 		t.Fatalf("%d loads, want 3 (an error, a stored answer, its expiry)", calls)
 	}
@@ -295,7 +327,7 @@ func TestOwnerCacheBound(t *testing.T) {
 	for i := range 50 {
 		owner := fmt.Sprint("u", i)
 		_, _ = c.List(ctx, owner, 0, 21, page(20))
-		_, _, _ = c.Usage(ctx, owner, func(context.Context) (int64, int64, error) { return 1, 1, nil })
+		_, _ = c.Account(ctx, owner, func(context.Context) (files.Account, error) { return files.Account{Bytes: 1, Count: 1}, nil })
 		for skip := range 30 { // more pages than one owner may keep
 			_, _ = c.List(ctx, owner, skip, 1, page(1))
 		}
@@ -331,7 +363,8 @@ func TestOwnerCacheAcrossReplicas(t *testing.T) {
 		}
 		t.Cleanup(nc.Close)
 		records, owners := NewCache(time.Minute, 100), NewOwnerCache(time.Minute, 1000)
-		fence, err := natsfence.New(nc, Subject("acme"), Apply(records, owners, log), Reset(records, owners), log)
+		origin := files.NewID()
+		fence, err := natsfence.New(nc, Subject("acme"), Apply(records, owners, origin, log), Reset(records, owners), log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +374,7 @@ func TestOwnerCacheAcrossReplicas(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		return New(db, records, owners, Publisher(nc, "acme", log)), owners
+		return New(db, records, owners, Publisher(nc, "acme", origin, log)), owners
 	}
 	a, _ := replica()
 	b, bOwners := replica()
@@ -356,7 +389,8 @@ func TestOwnerCacheAcrossReplicas(t *testing.T) {
 			if err != nil || !slices.Equal(ids(got), want) {
 				t.Fatalf("%s: listing on B %v %v, want %v", step, ids(got), err, want)
 			}
-			bytes, n, err := b.Usage(ctx, "alice")
+			acct, err := b.Account(ctx, "alice")
+			bytes, n := acct.Bytes, acct.Count
 			if err != nil || bytes != wantBytes || n != int64(len(want)) {
 				t.Fatalf("%s: usage on B %d bytes %d files %v, want %d %d", step, bytes, n, err, wantBytes, len(want))
 			}
@@ -365,7 +399,7 @@ func TestOwnerCacheAcrossReplicas(t *testing.T) {
 	check("empty")
 	for i := range 20 {
 		f := record(fmt.Sprint("f", i), "alice", int64(i+1))
-		if err := a.Insert(ctx, f); err != nil {
+		if err := upload(ctx, a, f); err != nil {
 			t.Fatal(err)
 		}
 		want = append([]string{f.ID}, want...)
@@ -385,5 +419,20 @@ func TestOwnerCacheAcrossReplicas(t *testing.T) {
 	hits, misses, _ := bOwners.Stats()
 	if hits < misses {
 		t.Fatalf("B: %d hits and %d misses; every second read should have been a hit", hits, misses)
+	}
+
+	// A keeps the account its own reservation answered: its own message,
+	// applied before A serves again (the fence), does not drop it.
+	f := record("last", "alice", 7)
+	if err := upload(ctx, a, f); err != nil {
+		t.Fatal(err)
+	}
+	_, before := db.reads()
+	acct, err := a.Account(ctx, "alice")
+	if err != nil || acct.Bytes != wantBytes+f.Size || acct.Count != int64(len(want)+1) {
+		t.Fatalf("account on A after its upload: %+v %v, want %d bytes, %d files", acct, err, wantBytes+f.Size, len(want)+1)
+	}
+	if _, after := db.reads(); after != before {
+		t.Fatalf("A read the account %d times after its own upload, want 0 (its reservation's answer kept)", after-before)
 	}
 }

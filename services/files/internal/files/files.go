@@ -104,8 +104,9 @@ type SourceError struct{ Err error }
 func (e *SourceError) Error() string { return "reading upload: " + e.Err.Error() }
 func (e *SourceError) Unwrap() error { return e.Err }
 
-// Store keeps file records.
+// Store keeps file records and each owner's account.
 type Store interface {
+	// Insert writes a record. Its bytes are reserved first (Reserve).
 	Insert(ctx context.Context, f *File) error
 	// Get returns ErrNotFound for an unknown id.
 	Get(ctx context.Context, id string) (*File, error)
@@ -114,26 +115,44 @@ type Store interface {
 	ListByOwner(ctx context.Context, owner string, skip, limit int) ([]*File, error)
 	// Existing returns which of ids have a record.
 	Existing(ctx context.Context, ids []string) (map[string]bool, error)
-	// Delete removes a record; ErrNotFound when there is none.
+	// Delete removes a record and gives its bytes back to its owner's
+	// account; ErrNotFound when there is none.
 	Delete(ctx context.Context, id string) error
-	// Usage sums the sizes of owner's records and counts them.
-	Usage(ctx context.Context, owner string) (bytes, count int64, err error)
-	// ForgetUsage drops what is kept of owner's usage, so that the next
-	// Usage counts the records again (an erased owner's, whose count a
-	// process killed between a record's delete and its count may have left
-	// off).
-	ForgetUsage(ctx context.Context, owner string) error
 
+	AccountStore
 	LinkStore
-	QuotaStore
 }
 
-// QuotaStore keeps the quotas an administrator set for single users.
-type QuotaStore interface {
-	// Quota returns owner's own quota, ok false when none is set.
-	Quota(ctx context.Context, owner string) (quota int64, ok bool, err error)
-	// SetQuota sets owner's quota, or removes it when quota is nil.
+// Account is one owner's storage account: the bytes and number of their
+// records (reservations of uploads in flight included) and their own
+// quota, kept together so that a reservation is checked against the quota
+// in the same atomic write.
+type Account struct {
+	Bytes, Count int64
+	Quota        int64 // the owner's own quota, when OwnQuota
+	OwnQuota     bool  // false: the service's default quota applies
+}
+
+// AccountStore keeps each owner's Account.
+type AccountStore interface {
+	// Account returns owner's account, made from their records when there
+	// is none yet.
+	Account(ctx context.Context, owner string) (Account, error)
+	// Reserve adds n bytes and one record to owner's account, in one
+	// atomic write, if the account still has the quota of expect (its own
+	// quota, or none) and holds at most max-n bytes (max < 0: no limit).
+	// When it does not, ok is false and the account returned is the one
+	// stored now.
+	Reserve(ctx context.Context, owner string, n int64, expect Account, max int64) (acct Account, ok bool, err error)
+	// Release gives back a reservation of n bytes and one record.
+	Release(ctx context.Context, owner string, n int64) error
+	// SetQuota sets owner's own quota, or removes it when quota is nil.
 	SetQuota(ctx context.Context, owner string, quota *int64) error
+	// ForgetUsage drops owner's count of bytes and records (not their own
+	// quota), so that it is made again from the records on next use (an
+	// erased owner's, whose count a process killed between a record's
+	// delete and its count may have left off).
+	ForgetUsage(ctx context.Context, owner string) error
 }
 
 // Object is a stored object opened for reading.

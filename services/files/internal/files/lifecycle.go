@@ -4,27 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Usage is what an owner stores against their quota.
 type Usage struct {
-	Used    int64 // bytes of the owner's records (as uploaded; images as re-encoded)
+	Used    int64 // bytes of the owner's records (as uploaded; images as re-encoded), uploads in flight included
 	Quota   int64 // bytes allowed, when Limited
 	Limited bool  // false: no quota applies
-	Files   int64 // records
+	Files   int64 // records, uploads in flight included
 }
 
 // Usage returns owner's usage and the quota in force for them.
 func (s *Service) Usage(ctx context.Context, owner string) (Usage, error) {
-	used, n, err := s.store.Usage(ctx, owner)
+	a, err := s.store.Account(ctx, owner)
 	if err != nil {
 		return Usage{}, err
 	}
-	q, limited, err := s.quota(ctx, owner)
-	if err != nil {
-		return Usage{}, err
-	}
-	return Usage{Used: used, Quota: q, Limited: limited, Files: n}, nil
+	q := s.maxBytes(a)
+	return Usage{Used: max(a.Bytes, 0), Quota: max(q, 0), Limited: q >= 0, Files: max(a.Count, 0)}, nil
 }
 
 // SetQuota gives owner their own quota in bytes, or back the default when
@@ -39,56 +37,79 @@ func (s *Service) SetQuota(ctx context.Context, owner string, quota *int64) erro
 // ErrBadQuota is a negative quota.
 var ErrBadQuota = errors.New("a quota must not be negative")
 
-// quota is the quota in force for owner: their own, else the default
-// (none when the default is 0).
-func (s *Service) quota(ctx context.Context, owner string) (q int64, limited bool, err error) {
-	q, ok, err := s.store.Quota(ctx, owner)
-	if err != nil {
-		return 0, false, err
+// maxBytes is the quota in force for an account: its own, else the
+// default; -1 when none applies (no own quota and a default of 0).
+func (s *Service) maxBytes(a Account) int64 {
+	switch {
+	case a.OwnQuota:
+		return a.Quota
+	case s.cfg.DefaultQuota > 0:
+		return s.cfg.DefaultQuota
 	}
-	if ok {
-		return q, true, nil
-	}
-	return s.cfg.DefaultQuota, s.cfg.DefaultQuota > 0, nil
+	return -1
 }
 
-// remaining is how many more bytes owner may store; -1 when unlimited.
-func (s *Service) remaining(ctx context.Context, owner string) (int64, error) {
-	q, limited, err := s.quota(ctx, owner)
-	if err != nil || !limited {
-		return -1, err
+// left is how many more bytes an account allows; -1 when unlimited.
+func (s *Service) left(a Account) int64 {
+	q := s.maxBytes(a)
+	if q < 0 {
+		return -1
 	}
-	used, _, err := s.store.Usage(ctx, owner)
-	if err != nil {
-		return 0, err
-	}
-	return max(q-used, 0), nil
+	return max(q-a.Bytes, 0)
 }
 
 // CheckSpace returns ErrQuotaExceeded when owner has less than n bytes of
 // quota left (a resumable upload declares its length before sending it).
+// It reads the account as known (usually cached): the reservation at the
+// end of the upload decides.
 func (s *Service) CheckSpace(ctx context.Context, owner string, n int64) error {
-	left, err := s.remaining(ctx, owner)
+	a, err := s.store.Account(ctx, owner)
 	if err != nil {
 		return err
 	}
-	if left >= 0 && n > left {
+	if left := s.left(a); left >= 0 && n > left {
 		return ErrQuotaExceeded
 	}
 	return nil
 }
 
-// overQuota reports whether owner's records now pass their quota.
-func (s *Service) overQuota(ctx context.Context, owner string) (bool, error) {
-	q, limited, err := s.quota(ctx, owner)
-	if err != nil || !limited {
-		return false, err
+// reserveAttempts bounds the reservations one upload tries: each retry
+// follows a quota changed by an administrator, or bytes freed, since the
+// account was read.
+const reserveAttempts = 4
+
+// reserve takes n bytes of owner's quota in one conditional write, checked
+// against known, the account as last read (usually from the cache): the
+// quota it had is part of the condition, so a quota changed meanwhile
+// fails the write, and the account then stored decides.
+func (s *Service) reserve(ctx context.Context, owner string, n int64, known Account) error {
+	for range reserveAttempts {
+		q := s.maxBytes(known)
+		now, ok, err := s.store.Reserve(ctx, owner, n, known, q)
+		if err != nil || ok {
+			return err
+		}
+		if sameQuota(now, known) && q >= 0 && now.Bytes+n > q {
+			return ErrQuotaExceeded // refused under the quota it was checked against
+		}
+		known = now
 	}
-	used, _, err := s.store.Usage(ctx, owner)
-	if err != nil {
-		return false, err
+	return ErrQuotaExceeded
+}
+
+// sameQuota reports whether two accounts are under the same quota.
+func sameQuota(a, b Account) bool {
+	return a.OwnQuota == b.OwnQuota && (!a.OwnQuota || a.Quota == b.Quota)
+}
+
+// release gives a reservation back, on a context of its own: the
+// request's may be done.
+func (s *Service) release(ctx context.Context, owner string, n int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.store.Release(ctx, owner, n); err != nil {
+		s.log.Publish(ctx, LogEntry{Type: "error", Body: fmt.Sprintf("giving back %d reserved bytes of %s failed (their usage counts them until recounted): %v", n, owner, err)})
 	}
-	return used > q, nil
 }
 
 // Delete removes file id for its owner or an administrator: the record

@@ -102,7 +102,10 @@ func (nopPublisher) Publish(context.Context, LogEntry) {}
 type Pending struct {
 	File File
 	svc  *Service
-	done bool
+	// known is the owner's account the upload was bounded by; nil: read
+	// it at Commit.
+	known *Account
+	done  bool
 }
 
 // sourceReader remembers the first failure of the client's stream, so a
@@ -146,18 +149,28 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 // limit bounds src by max bytes and by what is left of owner's quota,
 // failing with ErrQuotaExceeded when nothing is.
 func (s *Service) limit(ctx context.Context, owner string, src io.Reader, max int64) (io.Reader, error) {
-	left, err := s.remaining(ctx, owner)
+	r, _, err := s.limitAccount(ctx, owner, src, max)
+	return r, err
+}
+
+// limitAccount is limit, returning the account the bound came from. The
+// account is read as known (usually from the owner cache, fenced): the
+// bound only stops a stream that cannot fit early; the reservation of the
+// stored size (Commit) is what keeps the quota.
+func (s *Service) limitAccount(ctx context.Context, owner string, src io.Reader, max int64) (io.Reader, Account, error) {
+	a, err := s.store.Account(ctx, owner)
 	if err != nil {
-		return nil, err
+		return nil, a, err
 	}
+	left := s.left(a)
 	if left == 0 {
-		return nil, ErrQuotaExceeded
+		return nil, a, ErrQuotaExceeded
 	}
 	r := &limitedReader{r: src, n: max, err: ErrTooLarge}
 	if left > 0 && left < max {
 		r = &limitedReader{r: src, n: left, err: ErrQuotaExceeded}
 	}
-	return r, nil
+	return r, a, nil
 }
 
 // hashingReader hashes and counts what passes through.
@@ -187,8 +200,8 @@ var gzipWriters = sync.Pool{New: func() any {
 // buffer. On error no object remains.
 //
 // The upload is bounded by MaxUpload and by what is left of owner's quota
-// (ErrQuotaExceeded as soon as it is crossed); Commit checks the quota
-// again against concurrent uploads.
+// as known (ErrQuotaExceeded as soon as it is crossed); Commit reserves the
+// stored size, atomically against concurrent uploads.
 func (s *Service) StoreFile(ctx context.Context, owner string, src io.Reader) (*Pending, error) {
 	return s.StoreFileAs(ctx, owner, NewID(), src)
 }
@@ -202,7 +215,7 @@ func (s *Service) StoreFileAs(ctx context.Context, owner, id string, src io.Read
 	now := s.now().UTC().Truncate(time.Millisecond)
 	key := ObjectKey(KindFile, id, now)
 
-	lr, err := s.limit(ctx, owner, src, s.cfg.MaxUpload)
+	lr, acct, err := s.limitAccount(ctx, owner, src, s.cfg.MaxUpload)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +249,7 @@ func (s *Service) StoreFileAs(ctx context.Context, owner, id string, src io.Read
 		s.remove(key)
 		return nil, s.blame(sr, sr.err)
 	}
-	return &Pending{svc: s, File: File{
+	return &Pending{svc: s, known: &acct, File: File{
 		ID:        id,
 		Kind:      KindFile,
 		Type:      ctype,
@@ -282,50 +295,61 @@ func (s *Service) blame(sr *sourceReader, err error) error {
 	return err
 }
 
-// Commit records the stored object for owner. If the record cannot be
-// written the object is removed, unless the record turns out to exist after
-// all (an ambiguous write) or the store cannot tell: then the sweeper decides
-// later, with the store reachable.
+// Commit reserves the stored size in owner's account, then records the
+// stored object. A reservation refused (the quota would be passed) removes
+// the object and returns ErrQuotaExceeded. If the record cannot be written
+// the reservation is given back and the object removed, unless the record
+// turns out to exist after all (an ambiguous write: it keeps its
+// reservation) or the store cannot tell: then the reservation stays (the
+// owner's usage may count the upload, never miss it) and the sweeper
+// decides about the object later, with the store reachable.
 func (p *Pending) Commit(ctx context.Context, owner, name string, meta *string) (*File, error) {
 	if p.done {
 		return nil, errors.New("pending upload already settled")
 	}
+	s := p.svc
 	f := p.File
 	f.Owner = owner
 	f.Name = CleanName(name)
 	f.Meta = meta
-	if err := p.svc.store.Insert(ctx, &f); err != nil {
+	var known Account
+	if p.known != nil {
+		known = *p.known
+	} else {
+		a, err := s.store.Account(ctx, owner)
+		if err != nil {
+			p.Discard()
+			return nil, err
+		}
+		known = a
+	}
+	if err := s.reserve(ctx, owner, f.Size, known); err != nil {
+		// A reservation whose answer was lost may have been taken: it stays
+		// (the usage may count this upload, never miss one).
+		p.Discard()
+		return nil, err
+	}
+	if err := s.store.Insert(ctx, &f); err != nil {
 		p.done = true
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if got, gerr := p.svc.store.Get(cctx, f.ID); gerr == nil && got.Key == f.Key {
+		got, gerr := s.store.Get(cctx, f.ID)
+		switch {
+		case gerr == nil && got.Key == f.Key:
+			if errors.Is(err, ErrConflict) {
+				s.release(ctx, owner, f.Size) // written by an earlier commit, counted then
+			} // else written after all, counted by this reservation
 			return got, nil
-		} else if errors.Is(gerr, ErrNotFound) {
-			p.svc.remove(f.Key)
-		} else {
-			p.svc.log.Publish(ctx, LogEntry{Type: "error", Body: "record of " + f.Key + " unknown after a failed insert; left to the sweeper"})
+		case gerr == nil || errors.Is(gerr, ErrNotFound): // not written
+			s.release(ctx, owner, f.Size)
+			s.remove(f.Key)
+		default:
+			s.log.Publish(ctx, LogEntry{Type: "error", Body: "record of " + f.Key + " unknown after a failed insert; its reservation kept, its object left to the sweeper"})
 		}
 		return nil, err
 	}
 	p.done = true
-	// Checked after the insert, against every record then written: of
-	// uploads by one owner racing past the quota, each sees the others'
-	// records, so together they never pass it (under contention near the
-	// limit all of them may be refused).
-	if over, err := p.svc.overQuota(ctx, f.Owner); err != nil || over {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if derr := p.svc.store.Delete(cctx, f.ID); derr != nil && !errors.Is(derr, ErrNotFound) {
-			p.svc.log.Publish(ctx, LogEntry{Type: "error", Body: "removing record " + f.ID + " over quota failed: " + derr.Error()})
-			return nil, derr // the object stays with its record
-		}
-		p.svc.remove(f.Key)
-		if err != nil {
-			return nil, err
-		}
-		return nil, ErrQuotaExceeded
-	}
-	p.svc.log.Publish(ctx, LogEntry{Type: "log", Body: fmt.Sprintf("stored %s %s (%d bytes, %s) for %s", f.Kind, f.ID, f.Size, f.Type, owner)})
+	s.log.Publish(ctx, LogEntry{Type: "log", Body: fmt.Sprintf("stored %s %s (%d bytes, %s) for %s", f.Kind, f.ID, f.Size, f.Type, owner)})
 	return &f, nil
 }
 

@@ -29,9 +29,12 @@ type store struct {
 	ListByOwnerFn func(ctx context.Context, owner string, skip, limit int) ([]*files.File, error)
 	ExistingFn    func(ctx context.Context, ids []string) (map[string]bool, error)
 	DeleteFn      func(ctx context.Context, id string) error
-	UsageFn       func(ctx context.Context, owner string) (bytes, count int64, err error)
-	QuotaFn       func(ctx context.Context, owner string) (int64, bool, error)
-	SetQuotaFn    func(ctx context.Context, owner string, quota *int64) error
+	// AccountFn answers Account, and Reserve when ReserveFn is nil (as
+	// the real store would against that account).
+	AccountFn  func(ctx context.Context, owner string) (files.Account, error)
+	ReserveFn  func(ctx context.Context, owner string, n int64, expect files.Account, max int64) (files.Account, bool, error)
+	SetQuotaFn func(ctx context.Context, owner string, quota *int64) error
+	released   []int64 // Release's bytes, in order
 }
 
 func (s *store) Insert(ctx context.Context, f *files.File) error {
@@ -69,20 +72,35 @@ func (s *store) Delete(ctx context.Context, id string) error {
 	return s.DeleteFn(ctx, id)
 }
 
-func (s *store) ForgetUsage(context.Context, string) error { return nil } // UsageFn answers each time
+func (s *store) ForgetUsage(context.Context, string) error { return nil } // AccountFn answers each time
 
-func (s *store) Usage(ctx context.Context, owner string) (int64, int64, error) {
-	if s.UsageFn == nil {
-		return 0, 0, nil
+func (s *store) Account(ctx context.Context, owner string) (files.Account, error) {
+	if s.AccountFn == nil {
+		return files.Account{}, nil
 	}
-	return s.UsageFn(ctx, owner)
+	return s.AccountFn(ctx, owner)
 }
 
-func (s *store) Quota(ctx context.Context, owner string) (int64, bool, error) {
-	if s.QuotaFn == nil {
-		return 0, false, nil
+func (s *store) Reserve(ctx context.Context, owner string, n int64, expect files.Account, max int64) (files.Account, bool, error) {
+	if s.ReserveFn != nil {
+		return s.ReserveFn(ctx, owner, n, expect, max)
 	}
-	return s.QuotaFn(ctx, owner)
+	a, err := s.Account(ctx, owner)
+	if err != nil {
+		return a, false, err
+	}
+	same := a.OwnQuota == expect.OwnQuota && (!a.OwnQuota || a.Quota == expect.Quota)
+	if !same || max >= 0 && a.Bytes > max-n {
+		return a, false, nil
+	}
+	a.Bytes += n
+	a.Count++
+	return a, true, nil
+}
+
+func (s *store) Release(_ context.Context, _ string, n int64) error {
+	s.released = append(s.released, n)
+	return nil
 }
 
 func (s *store) SetQuota(ctx context.Context, owner string, quota *int64) error {
@@ -241,7 +259,7 @@ func TestStoreFileRefusals(t *testing.T) {
 	})
 	t.Run("overQuota", func(t *testing.T) {
 		svc, st, _ := newService(files.Config{MaxUpload: 1 << 20, DefaultQuota: 1000})
-		st.UsageFn = func(context.Context, string) (int64, int64, error) { return 900, 3, nil }
+		st.AccountFn = func(context.Context, string) (files.Account, error) { return files.Account{Bytes: 900, Count: 3}, nil }
 		if _, err := svc.StoreFile(ctx, "u1", bytes.NewReader(make([]byte, 101))); !errors.Is(err, files.ErrQuotaExceeded) {
 			t.Fatalf("101 bytes with 100 left: %v", err)
 		}
@@ -249,7 +267,9 @@ func TestStoreFileRefusals(t *testing.T) {
 			t.Fatalf("CheckSpace(100) with 100 left: %v", err)
 		}
 		// A user's own quota replaces the default.
-		st.QuotaFn = func(context.Context, string) (int64, bool, error) { return 10_000, true, nil }
+		st.AccountFn = func(context.Context, string) (files.Account, error) {
+			return files.Account{Bytes: 900, Count: 3, Quota: 10_000, OwnQuota: true}, nil
+		}
 		if _, err := svc.StoreFile(ctx, "u1", bytes.NewReader(make([]byte, 101))); err != nil {
 			t.Fatalf("with an own quota of 10000: %v", err)
 		}
@@ -289,6 +309,10 @@ func TestCommitFailure(t *testing.T) {
 	if !slices.Contains(obj.removed, p.File.Key) {
 		t.Fatalf("object %s kept without a record", p.File.Key)
 	}
+	if !slices.Equal(st.released, []int64{p.File.Size}) {
+		t.Fatalf("released %v, want the reservation of %d bytes given back", st.released, p.File.Size)
+	}
+	st.released = nil
 
 	p, err = svc.StoreFile(ctx, "u1", strings.NewReader("other content"))
 	if err != nil {
@@ -299,8 +323,8 @@ func TestCommitFailure(t *testing.T) {
 		return &f, nil
 	}
 	f, err := p.Commit(ctx, "u1", "b.txt", nil)
-	if err != nil || f.ID != p.File.ID || slices.Contains(obj.removed, p.File.Key) {
-		t.Fatalf("ambiguous insert that did land: %+v %v, removed %v", f, err, obj.removed)
+	if err != nil || f.ID != p.File.ID || slices.Contains(obj.removed, p.File.Key) || len(st.released) != 0 {
+		t.Fatalf("ambiguous insert that did land: %+v %v, removed %v, released %v", f, err, obj.removed, st.released)
 	}
 	p.Discard() // settled: nothing more happens
 	if slices.Contains(obj.removed, p.File.Key) {
@@ -308,26 +332,51 @@ func TestCommitFailure(t *testing.T) {
 	}
 }
 
-// Uploads racing past the quota are undone after their insert.
-func TestCommitOverQuotaUndoes(t *testing.T) {
+// An upload whose reservation is refused (another upload took the space
+// while it streamed) is never inserted, and its object goes.
+func TestCommitRefusedReservation(t *testing.T) {
 	svc, st, obj := newService(files.Config{MaxUpload: 1 << 20, DefaultQuota: 100})
 	used := int64(0)
-	st.UsageFn = func(context.Context, string) (int64, int64, error) { return used, 0, nil }
+	st.AccountFn = func(context.Context, string) (files.Account, error) { return files.Account{Bytes: used}, nil }
 	p, err := svc.StoreFile(ctx, "u1", bytes.NewReader(make([]byte, 80)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	used = 160 // another upload landed meanwhile
-	var deleted []string
-	st.DeleteFn = func(_ context.Context, id string) error {
-		deleted = append(deleted, id)
-		return nil
-	}
+	used = 60 // another upload reserved meanwhile
+	inserted := 0
+	st.InsertFn = func(context.Context, *files.File) error { inserted++; return nil }
 	if _, err := p.Commit(ctx, "u1", "x.bin", nil); !errors.Is(err, files.ErrQuotaExceeded) {
 		t.Fatalf("commit over quota: %v", err)
 	}
-	if !slices.Equal(deleted, []string{p.File.ID}) || !slices.Contains(obj.removed, p.File.Key) {
-		t.Fatalf("deleted %v, removed %v; want the record and its object gone", deleted, obj.removed)
+	if inserted != 0 || !slices.Contains(obj.removed, p.File.Key) || len(st.released) != 0 {
+		t.Fatalf("inserted %d, removed %v, released %v; want no record, the object gone, nothing to give back", inserted, obj.removed, st.released)
+	}
+}
+
+// A reservation checked against a quota an administrator changed since
+// the account was read is tried again against the new one.
+func TestCommitFollowsAChangedQuota(t *testing.T) {
+	svc, st, _ := newService(files.Config{MaxUpload: 1 << 20, DefaultQuota: 100})
+	acct := files.Account{Bytes: 10}
+	st.AccountFn = func(context.Context, string) (files.Account, error) { return acct, nil }
+	p, err := svc.StoreFile(ctx, "u1", bytes.NewReader(make([]byte, 80)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct = files.Account{Bytes: 50, Quota: 1000, OwnQuota: true} // raised meanwhile, and 40 more bytes used: 80 would not fit under the default
+	var maxes []int64
+	st.ReserveFn = func(_ context.Context, _ string, n int64, expect files.Account, max int64) (files.Account, bool, error) {
+		maxes = append(maxes, max)
+		if expect.OwnQuota != acct.OwnQuota || expect.Quota != acct.Quota || acct.Bytes+n > max {
+			return acct, false, nil
+		}
+		return acct, true, nil
+	}
+	if _, err := p.Commit(ctx, "u1", "x.bin", nil); err != nil {
+		t.Fatalf("commit under a raised quota: %v", err)
+	}
+	if !slices.Equal(maxes, []int64{100, 1000}) {
+		t.Fatalf("reservations against %v, want the default then the new own quota", maxes)
 	}
 }
 
@@ -443,7 +492,7 @@ func TestSweepRemovesOnlyOldOrphans(t *testing.T) {
 
 func TestUsageAndQuota(t *testing.T) {
 	svc, st, _ := newService(files.Config{DefaultQuota: 5000})
-	st.UsageFn = func(context.Context, string) (int64, int64, error) { return 1200, 4, nil }
+	st.AccountFn = func(context.Context, string) (files.Account, error) { return files.Account{Bytes: 1200, Count: 4}, nil }
 	u, err := svc.Usage(ctx, "u1")
 	if err != nil || u != (files.Usage{Used: 1200, Quota: 5000, Limited: true, Files: 4}) {
 		t.Fatalf("usage %+v %v", u, err)

@@ -56,15 +56,17 @@ func (s *memRecords) Delete(_ context.Context, id string) error {
 	return nil
 }
 
-func (s *memRecords) Usage(context.Context, string) (int64, int64, error) { return 0, 0, nil }
-func (s *memRecords) ForgetUsage(context.Context, string) error           { return nil }
-
 // The fuzz target runs without share links or quotas.
 type noLinks struct{ files.LinkStore }
 type noQuotas struct{}
 
-func (noQuotas) Quota(context.Context, string) (int64, bool, error) { return 0, false, nil }
-func (noQuotas) SetQuota(context.Context, string, *int64) error     { return nil }
+func (noQuotas) Account(context.Context, string) (files.Account, error) { return files.Account{}, nil }
+func (noQuotas) Reserve(context.Context, string, int64, files.Account, int64) (files.Account, bool, error) {
+	return files.Account{}, true, nil
+}
+func (noQuotas) Release(context.Context, string, int64) error   { return nil }
+func (noQuotas) SetQuota(context.Context, string, *int64) error { return nil }
+func (noQuotas) ForgetUsage(context.Context, string) error      { return nil }
 
 type memObjects struct {
 	mu sync.Mutex

@@ -19,20 +19,26 @@ import (
 
 // Collections of the store.
 const (
-	Collection      = "files"       // file records
-	LinksCollection = "file_links"  // share links
-	QuotaCollection = "file_quotas" // quotas set for single users
+	Collection      = "files"      // file records
+	LinksCollection = "file_links" // share links
+	// QuotaCollection held the quotas set for single users; they are kept
+	// in UsageCollection, and EnsureIndexes moves any found here there.
+	QuotaCollection = "file_quotas"
+	// SlotsCollection held one document per download taken of a limited
+	// link; the link's downloads field counts them, and EnsureIndexes
+	// folds any found here into it.
 	SlotsCollection = "file_link_downloads"
-	// UsageCollection (usage.go) holds each owner's bytes and count.
+	// UsageCollection (usage.go) holds each owner's account: bytes,
+	// count and own quota.
 )
 
 // Store is a files.Store.
 type Store struct {
 	coll   *mongo.Collection
 	links  *mongo.Collection
-	quotas *mongo.Collection
-	slots  *mongo.Collection // downloads taken of limited links
-	usage  *mongo.Collection // each owner's bytes and count (usage.go)
+	quotas *mongo.Collection // only read to move its quotas (EnsureIndexes)
+	slots  *mongo.Collection // only read to fold its slots (EnsureIndexes)
+	usage  *mongo.Collection // each owner's account (usage.go)
 }
 
 var _ files.Store = (*Store)(nil)
@@ -42,8 +48,16 @@ func New(db *mongo.Database) *Store {
 	return &Store{coll: db.Collection(Collection), links: db.Collection(LinksCollection), quotas: db.Collection(QuotaCollection), slots: db.Collection(SlotsCollection), usage: db.Collection(UsageCollection)}
 }
 
-// EnsureIndexes creates the listing and link indexes (idempotent).
+// EnsureIndexes creates the listing and link indexes, moves quotas left in
+// QuotaCollection into the owners' accounts and folds download slots left
+// in SlotsCollection into their links' counts (idempotent).
 func (s *Store) EnsureIndexes(ctx context.Context) error {
+	if err := s.moveQuotas(ctx); err != nil {
+		return err
+	}
+	if err := s.foldDownloadSlots(ctx); err != nil {
+		return err
+	}
 	if err := mongox.EnsureIndexes(ctx, s.coll, mongo.IndexModel{
 		Keys:    bson.D{{Key: "owner", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}},
 		Options: options.Index().SetName("owner_createdAt"),
@@ -57,10 +71,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	); err != nil {
 		return mapErr(err)
 	}
-	return mapErr(mongox.EnsureIndexes(ctx, s.slots,
-		mongo.IndexModel{Keys: bson.D{{Key: "linkId", Value: 1}}, Options: options.Index().SetName("linkId")},
-		mongo.IndexModel{Keys: bson.D{{Key: "fileId", Value: 1}}, Options: options.Index().SetName("fileId")},
-	))
+	return nil
 }
 
 type fileDoc struct {
@@ -196,47 +207,17 @@ func (s *Store) LinksByFile(ctx context.Context, fileID string) ([]*files.Link, 
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, mapErr(err)
 	}
-	taken, err := s.slotsByLink(ctx, fileID)
-	if err != nil {
-		return nil, err
-	}
 	out := make([]*files.Link, len(docs))
 	for i := range docs {
-		// The slots taken are the downloads: the field written after each
-		// slot can lose a race on FerretDB (its filtered $set is not
-		// atomic), the slots cannot.
-		docs[i].Downloads = max(docs[i].Downloads, taken[docs[i].ID])
 		out[i] = fromLinkDoc(&docs[i])
 	}
 	return out, nil
-}
-
-// slotsByLink counts the download slots of fileID's links, by link id.
-func (s *Store) slotsByLink(ctx context.Context, fileID string) (map[string]int64, error) {
-	cur, err := s.slots.Find(ctx, bson.D{{Key: "fileId", Value: fileID}}, options.Find().SetProjection(bson.D{{Key: "linkId", Value: 1}}))
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	var slots []struct {
-		LinkID string `bson:"linkId"`
-	}
-	if err := cur.All(ctx, &slots); err != nil {
-		return nil, mapErr(err)
-	}
-	taken := make(map[string]int64, len(slots))
-	for _, sl := range slots {
-		taken[sl.LinkID]++
-	}
-	return taken, nil
 }
 
 // DeleteLink removes one link of a file.
 func (s *Store) DeleteLink(ctx context.Context, fileID, id string) error {
 	res, err := s.links.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "fileId", Value: fileID}})
 	if err != nil {
-		return mapErr(err)
-	}
-	if _, err := s.slots.DeleteMany(ctx, bson.D{{Key: "linkId", Value: id}}); err != nil {
 		return mapErr(err)
 	}
 	if res.DeletedCount == 0 {
@@ -247,34 +228,27 @@ func (s *Store) DeleteLink(ctx context.Context, fileID, id string) error {
 
 // DeleteLinksByFile removes every link of a file.
 func (s *Store) DeleteLinksByFile(ctx context.Context, fileID string) error {
-	if _, err := s.links.DeleteMany(ctx, bson.D{{Key: "fileId", Value: fileID}}); err != nil {
-		return mapErr(err)
-	}
-	_, err := s.slots.DeleteMany(ctx, bson.D{{Key: "fileId", Value: fileID}})
+	_, err := s.links.DeleteMany(ctx, bson.D{{Key: "fileId", Value: fileID}})
 	return mapErr(err)
 }
 
-// CountDownload takes one of the link's max downloads. Each download is a
-// slot document whose _id is "<link id>/<n>": inserting it is atomic on
-// every MongoDB-wire server (FerretDB does not apply a filtered $inc
-// atomically), so concurrent downloads never take more than max slots.
-// The link's downloads field follows, for display.
+// CountDownload takes one of the link's max downloads in one atomic
+// conditional update: updateOne({_id, downloads: {$lt: max}}, {$inc:
+// {downloads: 1}}), atomic on MongoDB and on the embedded server
+// (TestCountDownloadIsAtomic). Nothing matched means none was left, or
+// the link is gone (then ErrLinkNotFound).
 func (s *Store) CountDownload(ctx context.Context, id string, max int64) (bool, error) {
-	var d linkDoc
-	if err := s.links.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil {
-		return false, linkErr(err)
+	res, err := s.links.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "downloads", Value: bson.D{{Key: "$lt", Value: max}}}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "downloads", Value: int64(1)}}}})
+	if err != nil {
+		return false, mapErr(err)
 	}
-	for n := d.Downloads + 1; n <= max; n++ {
-		_, err := s.slots.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("%s/%d", id, n)}, {Key: "linkId", Value: id}, {Key: "fileId", Value: d.FileID}})
-		if mongox.IsDuplicate(err) {
-			continue
-		}
-		if err != nil {
-			return false, mapErr(err)
-		}
-		_, err = s.links.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "downloads", Value: bson.D{{Key: "$lt", Value: n}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "downloads", Value: n}}}})
-		return true, mapErr(err)
+	if res.MatchedCount == 1 {
+		return true, nil
+	}
+	if err := s.links.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Err(); err != nil {
+		return false, linkErr(err)
 	}
 	return false, nil
 }
@@ -296,9 +270,6 @@ func (s *Store) DeleteLinksExpiredBefore(ctx context.Context, t time.Time) (int6
 	for i, d := range docs {
 		ids[i] = d.ID
 	}
-	if _, err := s.slots.DeleteMany(ctx, bson.D{{Key: "linkId", Value: bson.D{{Key: "$in", Value: ids}}}}); err != nil {
-		return 0, mapErr(err)
-	}
 	res, err := s.links.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 	if err != nil {
 		return 0, mapErr(err)
@@ -306,30 +277,68 @@ func (s *Store) DeleteLinksExpiredBefore(ctx context.Context, t time.Time) (int6
 	return res.DeletedCount, nil
 }
 
-// Quota returns the quota set for owner, if any.
-func (s *Store) Quota(ctx context.Context, owner string) (int64, bool, error) {
-	var d struct {
-		Quota int64 `bson:"quota"`
-	}
-	err := s.quotas.FindOne(ctx, bson.D{{Key: "_id", Value: owner}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, mapErr(err)
-	}
-	return d.Quota, true, nil
-}
-
-// SetQuota sets or (nil) removes owner's quota.
-func (s *Store) SetQuota(ctx context.Context, owner string, quota *int64) error {
-	if quota == nil {
-		_, err := s.quotas.DeleteOne(ctx, bson.D{{Key: "_id", Value: owner}})
+// moveQuotas moves the quotas of QuotaCollection into the owners' account
+// documents that have none, then deletes each there unless it changed
+// meanwhile. The collection's count is read first (in
+// constant time), so an empty one costs no read of its documents.
+func (s *Store) moveQuotas(ctx context.Context) error {
+	if n, err := s.quotas.EstimatedDocumentCount(ctx); err != nil || n == 0 {
 		return mapErr(err)
 	}
-	_, err := s.quotas.UpdateOne(ctx, bson.D{{Key: "_id", Value: owner}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "quota", Value: *quota}}}}, options.UpdateOne().SetUpsert(true))
-	return mapErr(err)
+	cur, err := s.quotas.Find(ctx, bson.D{})
+	if err != nil {
+		return mapErr(err)
+	}
+	var docs []struct {
+		ID    string `bson:"_id"`
+		Quota int64  `bson:"quota"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return mapErr(err)
+	}
+	for _, d := range docs {
+		// An account that has its own quota already was set since: it wins.
+		_, err := s.usage.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "quota", Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "quota", Value: d.Quota}}}}, options.UpdateOne().SetUpsert(true))
+		if err != nil && !mongox.IsDuplicate(err) {
+			return mapErr(err)
+		}
+		if _, err := s.quotas.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "quota", Value: d.Quota}}); err != nil {
+			return mapErr(err)
+		}
+	}
+	return nil
+}
+
+// foldDownloadSlots raises each link's downloads to the number of slot
+// documents SlotsCollection holds for it, then drops the collection. The
+// collection's count is read first (in constant time), so an empty or
+// missing one costs no read of its documents.
+func (s *Store) foldDownloadSlots(ctx context.Context) error {
+	if n, err := s.slots.EstimatedDocumentCount(ctx); err != nil || n == 0 {
+		return mapErr(err)
+	}
+	cur, err := s.slots.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "linkId", Value: 1}}))
+	if err != nil {
+		return mapErr(err)
+	}
+	var slots []struct {
+		LinkID string `bson:"linkId"`
+	}
+	if err := cur.All(ctx, &slots); err != nil {
+		return mapErr(err)
+	}
+	taken := map[string]int64{}
+	for _, sl := range slots {
+		taken[sl.LinkID]++
+	}
+	for id, n := range taken {
+		if _, err := s.links.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "downloads", Value: bson.D{{Key: "$lt", Value: n}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "downloads", Value: n}}}}); err != nil {
+			return mapErr(err)
+		}
+	}
+	return mapErr(s.slots.Drop(ctx))
 }
 
 func linkErr(err error) error {
