@@ -41,6 +41,7 @@ type Service struct {
 	keys       APIKeyStore   // nil: API keys are off
 	mfa        *mfaState     // nil: no second factor
 	passkeys   *passkeyState // nil: no passkeys
+	identities IdentityStore // nil: no identity providers (NewIdentities sets it)
 	userEvents UserEvents    // nil: deletions are not announced
 	cfg        Config
 	log        *slog.Logger
