@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/big"
+	"sync"
 	"time"
 )
 
@@ -29,6 +30,53 @@ const (
 	// user's to end before it gives up (ErrMethodsBusy).
 	methodsWait = 5 * time.Second
 )
+
+// methodLocks queues one process's removals of one user's ways to sign in
+// in memory, so that only one of them at a time polls the user's lock in
+// the database (a queue there slows the holder down).
+type methodLocks struct {
+	mu sync.Mutex
+	m  map[string]*methodLock
+}
+
+type methodLock struct {
+	ch   chan struct{} // holds a token while a removal of this process runs
+	refs int
+}
+
+// acquire waits for userID's turn in this process until deadline.
+func (l *methodLocks) acquire(ctx context.Context, userID string, deadline time.Time) (func(), error) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*methodLock{}
+	}
+	e := l.m[userID]
+	if e == nil {
+		e = &methodLock{ch: make(chan struct{}, 1)}
+		l.m[userID] = e
+	}
+	e.refs++
+	l.mu.Unlock()
+	done := func() {
+		l.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(l.m, userID)
+		}
+		l.mu.Unlock()
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case e.ch <- struct{}{}:
+		return func() { <-e.ch; done() }, nil
+	case <-timer.C:
+		done()
+		return nil, ErrMethodsBusy
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+}
 
 // ErrMethodsBusy: another removal of one of the user's ways to sign in
 // held the lock for all of methodsWait.
@@ -83,6 +131,11 @@ func (s *Service) methodsOf(ctx context.Context, u User) (signInMethods, error) 
 func (s *Service) removeMethod(ctx context.Context, userID string, remove func(ctx context.Context, u User, m signInMethods) error) error {
 	holder := hex.EncodeToString(randomBytes(16))
 	deadline := time.Now().Add(methodsWait)
+	unlock, err := s.methodLocks.acquire(ctx, userID, deadline)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	pause := 5 * time.Millisecond
 	for {
 		now := s.now()

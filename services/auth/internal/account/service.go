@@ -42,10 +42,12 @@ type Service struct {
 	mfa        *mfaState     // nil: no second factor
 	passkeys   *passkeyState // nil: no passkeys
 	identities IdentityStore // nil: no identity providers (NewIdentities sets it)
-	userEvents UserEvents    // nil: deletions are not announced
-	cfg        Config
-	log        *slog.Logger
-	now        func() time.Time
+	// methodLocks queues this process's removals of ways to sign in.
+	methodLocks methodLocks
+	userEvents  UserEvents // nil: deletions are not announced
+	cfg         Config
+	log         *slog.Logger
+	now         func() time.Time
 }
 
 // NewService wires a Service.

@@ -404,8 +404,7 @@ func (s *Users) LockMethods(ctx context.Context, id, holder string, now, until t
 		bson.D{{Key: "methodsLockUntil", Value: bson.D{{Key: "$lte", Value: now}}}},
 	}
 	err = s.c.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: oid}, {Key: "$or", Value: free}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "methodsLockHolder", Value: holder}, {Key: "methodsLockUntil", Value: until}}}},
-		options.FindOneAndUpdate().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+		bson.D{{Key: "$set", Value: bson.D{{Key: "methodsLockHolder", Value: holder}, {Key: "methodsLockUntil", Value: until}}}}).Err()
 	if err == nil {
 		return true, nil
 	}
