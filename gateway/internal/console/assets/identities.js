@@ -19,7 +19,7 @@ export const providerMessages = {
   identity_email_taken: 'An account with that e-mail address exists already. Sign in to it and link the provider from your profile.',
   identity_taken: 'That identity is linked to another account.',
   email_unverified: 'Confirm your e-mail address first: open the link sent to it.',
-  throttled: 'Too many failed attempts. Wait a minute and try again.',
+  throttled: 'Too many sign-in attempts from this address. Wait a minute and try again.',
   unavailable: 'The platform is busy. Try again shortly.',
   internal: 'The sign-in failed. Try again.',
 };

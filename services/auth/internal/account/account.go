@@ -91,6 +91,12 @@ type UserStore interface {
 	Delete(ctx context.Context, id string) error
 	// List returns a page in creation order and the total count.
 	List(ctx context.Context, skip, limit int) ([]User, int64, error)
+	// LockMethods takes the user's lock on removing ways to sign in for
+	// holder until until, by one conditional write: false when another
+	// holder has it and its lease has not ended by now; ErrUserNotFound.
+	LockMethods(ctx context.Context, id, holder string, now, until time.Time) (bool, error)
+	// UnlockMethods releases holder's lock (nothing when another holds it).
+	UnlockMethods(ctx context.Context, id, holder string) error
 }
 
 // SessionStore keeps sessions.

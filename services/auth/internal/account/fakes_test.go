@@ -25,7 +25,18 @@ type userStore struct {
 	ReplaceHashFn func(ctx context.Context, id, old, new string) error
 	DeleteFn      func(ctx context.Context, id string) error
 	ListFn        func(ctx context.Context, skip, limit int) ([]account.User, int64, error)
+	// LockMethodsFn nil: the lock is always free.
+	LockMethodsFn func(ctx context.Context, id, holder string, now, until time.Time) (bool, error)
 }
+
+func (f *userStore) LockMethods(ctx context.Context, id, holder string, now, until time.Time) (bool, error) {
+	if f.LockMethodsFn == nil {
+		return true, nil
+	}
+	return f.LockMethodsFn(ctx, id, holder, now, until)
+}
+
+func (f *userStore) UnlockMethods(context.Context, string, string) error { return nil }
 
 func (f *userStore) Create(ctx context.Context, u account.User) (account.User, error) {
 	if f.CreateFn == nil {

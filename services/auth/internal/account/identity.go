@@ -96,14 +96,66 @@ const (
 // and second factors, so that a provider sign-in opens the same session a
 // password sign-in does.
 type Identities struct {
-	svc   *Service
-	store IdentityStore
+	svc    *Service
+	store  IdentityStore
+	limits FlowLimits
 }
 
-// NewIdentities wires provider sign-in to svc.
+// FlowLimits bound the provider flows begun and not finished, whose state
+// is stored until then (Identities.Begin).
+type FlowLimits struct {
+	// StartAddress limits the sign-ins begun per client address; it is
+	// the rule of passkey sign-in ceremonies (PasskeyConfig.StartAddress),
+	// and both kinds count under one key. Max <= 0 is off.
+	StartAddress ThrottleRule
+	// MaxPending caps the flows begun and not finished in each TTL window,
+	// from every address together; <= 0 is no cap.
+	MaxPending int
+	TTL        time.Duration
+}
+
+// NewIdentities wires provider sign-in to svc; svc then also counts the
+// identities among a user's ways to sign in (the last is never removed).
 func NewIdentities(svc *Service, store IdentityStore) *Identities {
+	svc.identities = store
 	return &Identities{svc: svc, store: store}
 }
+
+// SetLimits bounds the flows begun (Begin). Set it before serving.
+func (x *Identities) SetLimits(l FlowLimits) { x.limits = l }
+
+// pendingFlowsKey is the throttle key whose slots are the unfinished
+// provider flows (FlowLimits.MaxPending).
+const pendingFlowsKey = "idp-pending"
+
+// Begin admits a provider flow begun by c, then runs start with the
+// pending slot its stored state keeps until the flow is finished
+// (Finished gives it back). A sign-in (anonymous) counts against the
+// client address like a passkey sign-in begun; a link, begun by a
+// signed-in user, takes a pending slot only. Past either limit
+// *ThrottledError, and start is not run; when start fails, the attempt
+// is given back.
+func (x *Identities) Begin(ctx context.Context, c Client, anonymous bool, start func(slot string) error) error {
+	ip := c.IP
+	if !anonymous {
+		ip = ""
+	}
+	l := x.limits
+	adm, slot, err := x.svc.admitBegin(ctx, ip, l.StartAddress,
+		throttleKey{pendingFlowsKey, ThrottleRule{Max: l.MaxPending, Window: l.TTL}}, "too many sign-ins begun")
+	if err != nil {
+		return err
+	}
+	if err := start(slot); err != nil {
+		x.svc.release(ctx, adm)
+		return err
+	}
+	return nil
+}
+
+// Finished gives back the pending slot of a flow whose state was taken
+// (by its callback, whatever the outcome).
+func (x *Identities) Finished(ctx context.Context, slot string) { x.svc.releaseSlot(ctx, slot) }
 
 // EmailDomainAllowed reports whether email's domain is in domains (any
 // domain when domains is empty), case-insensitively.
@@ -376,44 +428,36 @@ func (x *Identities) List(ctx context.Context, userID string) ([]Identity, error
 	return x.store.ListByUser(ctx, userID)
 }
 
-// Unlink removes one of the caller's identities, unless it is their last
-// way to sign in (no password, no passkey, no other identity).
+// Unlink removes one of the caller's identities or invitations, unless it
+// is their last way to sign in (no password, no passkey, no other
+// identity): ErrLastSignInMethod. It runs under the user's removal lock
+// (removeMethod), so concurrent removals cannot together remove the last.
 func (x *Identities) Unlink(ctx context.Context, c Caller, id string) error {
 	s := x.svc
-	u, err := s.users.ByID(ctx, c.UserID)
-	if errors.Is(err, ErrUserNotFound) {
-		return ErrUserGone
-	}
-	if err != nil {
-		return err
-	}
-	list, err := x.store.ListByUser(ctx, u.ID)
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(list, func(v Identity) bool { return v.ID == id })
-	if i < 0 {
-		return ErrIdentityNotFound
-	}
-	linked := 0
-	for _, v := range list {
-		if !v.Pending {
-			linked++
-		}
-	}
-	if u.PasswordHash == "" && !list[i].Pending && linked == 1 {
-		keys, err := s.Passkeys(ctx, u.ID)
-		if err != nil && !errors.Is(err, ErrPasskeysDisabled) {
+	var removed Identity
+	var email string
+	err := s.removeMethod(ctx, c.UserID, func(ctx context.Context, u User, m signInMethods) error {
+		list, err := x.store.ListByUser(ctx, u.ID)
+		if err != nil {
 			return err
 		}
-		if len(keys) == 0 {
+		i := slices.IndexFunc(list, func(v Identity) bool { return v.ID == id })
+		if i < 0 {
+			return ErrIdentityNotFound
+		}
+		if !list[i].Pending && !m.canRemoveOne() {
 			return ErrLastSignInMethod
 		}
-	}
-	if err := x.store.Delete(ctx, u.ID, id); err != nil {
+		if err := x.store.Delete(ctx, u.ID, id); err != nil {
+			return err
+		}
+		removed, email = list[i], u.Email
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	s.event(ctx, Event{Type: EventIdentityUnlinked, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c.Client,
-		Detail: map[string]any{"provider": list[i].Provider, "identity": id}})
+	s.event(ctx, Event{Type: EventIdentityUnlinked, Actor: c.UserID, Target: c.UserID, TargetEmail: email, Client: c.Client,
+		Detail: map[string]any{"provider": removed.Provider, "identity": id}})
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -222,11 +223,7 @@ func (s *Service) takeCeremony(ctx context.Context, id, purpose string) (Token, 
 	if err != nil {
 		return Token{}, sd, err
 	}
-	if tok.Slot != "" { // finished: the ceremony no longer counts as pending
-		if err := s.throttle.Release(context.WithoutCancel(ctx), Ticket{Slot: tok.Slot}); err != nil {
-			s.log.WarnContext(ctx, "release ceremony slot", "err", err)
-		}
-	}
+	s.releaseSlot(ctx, tok.Slot) // finished: the ceremony no longer counts as pending
 	if err := json.Unmarshal(tok.Data, &sd); err != nil {
 		return Token{}, sd, ErrInvalidCeremony
 	}
@@ -350,7 +347,10 @@ func (s *Service) Passkeys(ctx context.Context, userID string) ([]Passkey, error
 	return s.passkeys.store.ListByUser(ctx, userID)
 }
 
-// RemovePasskey deletes one of the caller's passkeys.
+// RemovePasskey deletes one of the caller's passkeys, unless it is their
+// last way to sign in (no password, no identity, no other passkey):
+// ErrLastSignInMethod. It runs under the user's removal lock
+// (removeMethod), so concurrent removals cannot together remove the last.
 func (s *Service) RemovePasskey(ctx context.Context, c Caller, id string) error {
 	if s.passkeys == nil {
 		return ErrPasskeysDisabled
@@ -358,7 +358,16 @@ func (s *Service) RemovePasskey(ctx context.Context, c Caller, id string) error 
 	if id == "" || len(id) > 1400 {
 		return ErrPasskeyNotFound
 	}
-	if err := s.passkeys.store.Delete(ctx, c.UserID, id); err != nil {
+	err := s.removeMethod(ctx, c.UserID, func(ctx context.Context, u User, m signInMethods) error {
+		if !slices.ContainsFunc(m.passkeys, func(p Passkey) bool { return p.ID == id }) {
+			return ErrPasskeyNotFound
+		}
+		if !m.canRemoveOne() {
+			return ErrLastSignInMethod
+		}
+		return s.passkeys.store.Delete(ctx, u.ID, id)
+	})
+	if err != nil {
 		return err
 	}
 	s.event(ctx, Event{Type: EventPasskeyRemoved, Actor: c.UserID, Target: c.UserID, Client: c.Client, Detail: map[string]any{"passkey": id}})
@@ -376,25 +385,10 @@ func (s *Service) BeginPasskeySignIn(ctx context.Context, c Client) (PasskeyCere
 		return PasskeyCeremony{}, ErrPasskeysDisabled
 	}
 	cfg := s.passkeys.cfg
-	var keys []throttleKey
-	if c.IP != "" {
-		keys = append(keys, throttleKey{ceremonyAddressKey(c.IP), cfg.StartAddress})
-	}
-	pending := throttleKey{pendingCeremoniesKey, ThrottleRule{Max: cfg.MaxPending, Window: cfg.CeremonyTTL}}
-	keys = append(keys, pending)
-	adm, err := s.admit(ctx, keys...)
+	adm, slot, err := s.admitBegin(ctx, c.IP, cfg.StartAddress,
+		throttleKey{pendingCeremoniesKey, ThrottleRule{Max: cfg.MaxPending, Window: cfg.CeremonyTTL}}, "too many passkey sign-ins begun")
 	if err != nil {
-		var te *ThrottledError
-		if errors.As(err, &te) {
-			te.What = "too many passkey sign-ins begun"
-		}
 		return PasskeyCeremony{}, err
-	}
-	var slot string
-	for _, tk := range adm {
-		if tk.Key == pendingCeremoniesKey {
-			slot = tk.Slot
-		}
 	}
 	assertion, sd, err := s.passkeys.wa.BeginDiscoverableLogin(webauthn.WithUserVerification(protocol.VerificationRequired))
 	if err == nil {
@@ -410,8 +404,6 @@ func (s *Service) BeginPasskeySignIn(ctx context.Context, c Client) (PasskeyCere
 // pendingCeremoniesKey is the throttle key whose slots are the unfinished
 // passkey sign-in ceremonies (PasskeyConfig.MaxPending).
 const pendingCeremoniesKey = "ceremony-pending"
-
-func ceremonyAddressKey(ip string) string { return "ceremony-" + addressKey(ip) }
 
 // FinishPasskeySignIn verifies a sign-in ceremony's assertion (response is
 // the PublicKeyCredential as JSON) and opens a session, as a password and a

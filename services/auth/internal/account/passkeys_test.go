@@ -31,6 +31,12 @@ type fakeUsers struct {
 	users map[string]User
 }
 
+func (f *fakeUsers) LockMethods(context.Context, string, string, time.Time, time.Time) (bool, error) {
+	return true, nil
+}
+
+func (f *fakeUsers) UnlockMethods(context.Context, string, string) error { return nil }
+
 func (f *fakeUsers) ByID(_ context.Context, id string) (User, error) {
 	if u, ok := f.users[id]; ok {
 		return u, nil
@@ -431,9 +437,21 @@ func TestPasskeySignInRefusals(t *testing.T) {
 	r.throttle.CheckFn = nil
 
 	// Removed: the authenticator still offers it; the sign-in says so.
+	// Pia has no password: her only passkey is her only way in.
+	users := r.svc.users.(*fakeUsers)
+	users.users["another"] = User{ID: "another", PasswordHash: "h"}
 	if err := r.svc.RemovePasskey(ctx, Caller{UserID: "another"}, p.ID); !errors.Is(err, ErrPasskeyNotFound) {
 		t.Fatalf("another user removed the passkey: %v", err)
 	}
+	if err := r.svc.RemovePasskey(ctx, Caller{UserID: r.user.ID}, p.ID); !errors.Is(err, ErrLastSignInMethod) {
+		t.Fatalf("removing the last way in: %v, want ErrLastSignInMethod", err)
+	}
+	if _, err := r.passkeys.ByID(ctx, p.ID); err != nil {
+		t.Fatalf("the refused removal removed it: %v", err)
+	}
+	withPassword := r.user
+	withPassword.PasswordHash = "h"
+	users.users[r.user.ID] = withPassword
 	if err := r.svc.RemovePasskey(ctx, Caller{UserID: r.user.ID}, p.ID); err != nil {
 		t.Fatal(err)
 	}

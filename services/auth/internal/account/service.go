@@ -41,10 +41,13 @@ type Service struct {
 	keys       APIKeyStore   // nil: API keys are off
 	mfa        *mfaState     // nil: no second factor
 	passkeys   *passkeyState // nil: no passkeys
-	userEvents UserEvents    // nil: deletions are not announced
-	cfg        Config
-	log        *slog.Logger
-	now        func() time.Time
+	identities IdentityStore // nil: no identity providers (NewIdentities sets it)
+	// methodLocks queues this process's removals of ways to sign in.
+	methodLocks methodLocks
+	userEvents  UserEvents // nil: deletions are not announced
+	cfg         Config
+	log         *slog.Logger
+	now         func() time.Time
 }
 
 // NewService wires a Service.

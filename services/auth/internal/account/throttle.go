@@ -71,6 +71,52 @@ func (s *Service) succeeded(ctx context.Context, a admission, reset string) {
 	s.release(ctx, rest)
 }
 
+// admitBegin admits the begin of a sign-in whose state is stored until it
+// is finished or expires (a passkey ceremony, a provider flow): anyone may
+// begin one, so every begin counts against the client address ip (rule
+// address, under one key for every kind of begin; skipped when ip is
+// empty) and takes one of the unfinished slots of pending. It returns the
+// admission, to release when the begin fails, and the pending slot, which
+// the stored state keeps until its finish gives it back (releaseSlot).
+// Past either limit: *ThrottledError saying what.
+func (s *Service) admitBegin(ctx context.Context, ip string, address ThrottleRule, pending throttleKey, what string) (admission, string, error) {
+	var keys []throttleKey
+	if ip != "" {
+		keys = append(keys, throttleKey{beginAddressKey(ip), address})
+	}
+	keys = append(keys, pending)
+	adm, err := s.admit(ctx, keys...)
+	if err != nil {
+		var te *ThrottledError
+		if errors.As(err, &te) {
+			te.What = what
+		}
+		return nil, "", err
+	}
+	var slot string
+	for _, tk := range adm {
+		if tk.Key == pending.key {
+			slot = tk.Slot
+		}
+	}
+	return adm, slot, nil
+}
+
+// releaseSlot gives back the pending slot a finished sign-in's state kept
+// (admitBegin); "" is none.
+func (s *Service) releaseSlot(ctx context.Context, slot string) {
+	if slot == "" {
+		return
+	}
+	if err := s.throttle.Release(context.WithoutCancel(ctx), Ticket{Slot: slot}); err != nil {
+		s.log.WarnContext(ctx, "release a pending sign-in's slot", "err", err)
+	}
+}
+
+// beginAddressKey is the throttle key of the sign-ins begun from a client
+// address: passkey ceremonies and provider flows together.
+func beginAddressKey(ip string) string { return "ceremony-" + addressKey(ip) }
+
 // throttleFail counts one attempt of each key under its rule, for actions
 // where every request counts (reset links, mails); *ThrottledError when a
 // key is used up or locked, and then nothing is counted.
@@ -122,7 +168,7 @@ func throttledWhat(key string) string {
 	case strings.HasPrefix(key, "email-"):
 		return "too many e-mail address changes or verification mails"
 	case strings.HasPrefix(key, "ceremony-"):
-		return "too many passkey sign-ins begun"
+		return "too many sign-ins begun"
 	}
 	return ""
 }

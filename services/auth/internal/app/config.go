@@ -83,7 +83,7 @@ var Settings = config.Table{
 	{Key: "WEBAUTHN_TIMEOUT", Kind: config.Duration, Default: "5m", Doc: "how long a registration or sign-in ceremony works"},
 	{Key: "WEBAUTHN_MAX_PASSKEYS", Kind: config.Int, Default: "20", Doc: "passkeys per user"},
 	{Key: "WEBAUTHN_MAX_PENDING", Kind: config.Int, Default: "10000", Doc: "sign-in ceremonies begun and not finished per `AUTH_WEBAUTHN_TIMEOUT`, from every address together (past it 429 `throttled`; `0`: no cap)"},
-	{Key: "CEREMONY_THROTTLE_ADDRESS_MAX", Kind: config.Int, Default: "20", Doc: "passkey sign-in ceremonies one client address may begin per window (`0`: off)"},
+	{Key: "CEREMONY_THROTTLE_ADDRESS_MAX", Kind: config.Int, Default: "20", Doc: "sign-ins one client address may begin per window, passkey ceremonies and identity provider sign-ins together (`0`: off)"},
 	{Key: "CEREMONY_THROTTLE_WINDOW", Kind: config.Duration, Default: "1m", Doc: "the window of `AUTH_CEREMONY_THROTTLE_ADDRESS_MAX`"},
 	// Sign-in with identity providers (idp.go; each OpenID Connect
 	// provider's own settings: ProviderSettings).
@@ -95,6 +95,7 @@ var Settings = config.Table{
 	{Key: "GITHUB_URL", Default: idp.GitHubURL, Doc: "GitHub's web address (GitHub Enterprise Server: its address)"},
 	{Key: "GITHUB_API_URL", Default: idp.GitHubAPIURL, Doc: "GitHub's API address (GitHub Enterprise Server: `https://<host>/api/v3`)"},
 	{Key: "IDP_FLOW_TTL", Kind: config.Duration, Default: "10m", Doc: "how long a sign-in may take at a provider (the life of its state and of the `idpState` cookie)"},
+	{Key: "IDP_MAX_PENDING", Kind: config.Int, Default: "10000", Doc: "provider sign-ins and links begun and not finished per `AUTH_IDP_FLOW_TTL`, from every address together (past it the begin is refused: `throttled`; `0`: no cap)"},
 }
 
 // Shared is the shared settings auth reads (pkg/config).

@@ -39,15 +39,16 @@ func ProviderSettings(key string) config.Table {
 
 // IdentityProviders is the providers' configuration.
 type IdentityProviders struct {
-	Providers []idp.Provider
-	FlowTTL   time.Duration
+	Providers  []idp.Provider
+	FlowTTL    time.Duration
+	MaxPending int // flows begun and not finished per FlowTTL
 }
 
 // loadIdentityProviders reads GitHub's settings through r and each named
 // OpenID Connect provider's through a reader of its own table (their names
 // depend on the provider's). It returns the problems found.
 func loadIdentityProviders(r *config.Reader, getenv config.Getenv) (IdentityProviders, []*config.Reader, []string) {
-	out := IdentityProviders{FlowTTL: r.Duration("IDP_FLOW_TTL")}
+	out := IdentityProviders{FlowTTL: r.Duration("IDP_FLOW_TTL"), MaxPending: r.Int("IDP_MAX_PENDING")}
 	var problems []string
 	var readers []*config.Reader
 	for _, name := range r.List("OIDC_PROVIDERS") {
@@ -97,14 +98,17 @@ func loadIdentityProviders(r *config.Reader, getenv config.Getenv) (IdentityProv
 // It serves the routes with no provider configured too (an empty list of
 // buttons).
 func newIdentityProviders(cfg Config, svc *account.Service, db *mongo.Database, log *slog.Logger) (*httpapi.IdentityOptions, error) {
+	ids := account.NewIdentities(svc, mongostore.NewIdentities(db))
+	ids.SetLimits(account.FlowLimits{StartAddress: cfg.Passkeys.StartAddress,
+		MaxPending: cfg.IdentityProviders.MaxPending, TTL: cfg.IdentityProviders.FlowTTL})
 	flow, err := idp.New(cfg.IdentityProviders.Providers, mongostore.NewTokens(db), idp.Options{
-		PublicURL: cfg.Mail.PublicURL, TTL: cfg.IdentityProviders.FlowTTL})
+		PublicURL: cfg.Mail.PublicURL, TTL: cfg.IdentityProviders.FlowTTL, Finished: ids.Finished})
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range flow.Providers() {
 		log.Info("identity provider", "name", p.Name, "kind", p.Kind, "callback", flow.CallbackURL(p.Name))
 	}
-	return &httpapi.IdentityOptions{Flow: flow, Identities: account.NewIdentities(svc, mongostore.NewIdentities(db)),
+	return &httpapi.IdentityOptions{Flow: flow, Identities: ids,
 		PublicURL: cfg.Mail.PublicURL, Log: log}, nil
 }

@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"context"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/identity"
+	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/services/auth/internal/idp/idptest"
 	"github.com/pquerna/otp"
 	"github.com/pquerna/otp/hotp"
@@ -37,12 +40,18 @@ type idpHarness struct {
 // Connect, sign-up on for corp.example) and GitHub (sign-up off).
 func newIDPHarness(t *testing.T) *idpHarness {
 	t.Helper()
+	return newIDPHarnessWith(t, nil)
+}
+
+// newIDPHarnessWith is newIDPHarness with more settings.
+func newIDPHarnessWith(t *testing.T, extra map[string]string) *idpHarness {
+	t.Helper()
 	op := idptest.StartOP(t, []idptest.Client{{ID: "platform", Secret: "platform-secret",
 		RedirectURIs: []string{"http://" + gatewayHost + "/signin/oidc/corp/callback"}}},
 		[]idptest.User{opAlice, opBob, opCarol, opDave})
 	gh := idptest.StartGitHub(t, "gh-client", "gh-secret",
 		idptest.GitHubUser{ID: 4242, Login: "octo", Name: "Octo Cat", Emails: []idptest.GitHubEmail{{Email: "octo@gh.example", Primary: true, Verified: true}}})
-	h := newHarness(t, map[string]string{
+	h := newHarness(t, merge(map[string]string{
 		"AUTH_PUBLIC_URL":                "http://" + gatewayHost,
 		"AUTH_COOKIE_SECURE":             "false",
 		"AUTH_OIDC_PROVIDERS":            "corp",
@@ -56,7 +65,7 @@ func newIDPHarness(t *testing.T) *idpHarness {
 		"AUTH_GITHUB_CLIENT_SECRET":      "gh-secret",
 		"AUTH_GITHUB_URL":                gh.URL,
 		"AUTH_GITHUB_API_URL":            gh.URL,
-	})
+	}, extra))
 	return &idpHarness{harness: h, op: op, gh: gh}
 }
 
@@ -400,5 +409,107 @@ func idpSecondFactor(t *testing.T, h *idpHarness) {
 	defer h.op.Spoil(nil)
 	if page, q := h.browser(t).signInCorp(t, opAlice); page != "profile" {
 		t.Fatalf("with amr mfa: back at %s?%s, want the profile", page, q.Encode())
+	}
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
+}
+
+// TestProviderCallbackWithoutState: callbacks without the browser's state
+// cookie (what any page can make a visitor's browser send, as images), ten
+// times the address's failed sign-ins allowed, are refused invalid_state
+// without counting: the address's password sign-ins still pass, and a
+// real sign-in with the provider too. A callback bound to its browser
+// whose state is spent still counts.
+func TestProviderCallbackWithoutState(t *testing.T) {
+	h := newIDPHarnessWith(t, map[string]string{"AUTH_THROTTLE_ADDRESS_MAX": "5"})
+	for i := range 55 {
+		b := h.browser(t)
+		q := "state=x&code=y"
+		if i%2 == 1 { // a cookie, but another state's
+			b.c.Jar.SetCookies(&url.URL{Scheme: "http", Host: gatewayHost, Path: "/signin/oidc/"},
+				[]*http.Cookie{{Name: "idpState", Value: "another", Path: "/signin/oidc/"}})
+		}
+		page, qv := console(t, b.get(t, "http://"+gatewayHost+"/signin/oidc/corp/callback?"+q))
+		wantRefused(t, page, qv, "signin", "invalid_state")
+	}
+	h.signIn(adminEmail, adminPassword)
+	if page, q := h.browser(t).signInCorp(t, opAlice); page != "profile" {
+		t.Fatalf("a provider sign-in after the unbound callbacks: back at %s?%s", page, q.Encode())
+	}
+	// Bound to the browser (cookie = state) but not pending: these count,
+	// and lock the address after 5.
+	for range 7 {
+		b := h.browser(t)
+		b.c.Jar.SetCookies(&url.URL{Scheme: "http", Host: gatewayHost, Path: "/signin/oidc/"},
+			[]*http.Cookie{{Name: "idpState", Value: "spent", Path: "/signin/oidc/"}})
+		console(t, b.get(t, "http://"+gatewayHost+"/signin/oidc/corp/callback?state=spent&code=y"))
+	}
+	r := h.do(req{method: "POST", path: "/signin", token: h.anonToken(), body: map[string]string{"email": adminEmail, "password": adminPassword}})
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("7 bound callbacks with a spent state: the address is not locked (%d)", r.status)
+	}
+}
+
+// TestProviderBeginsBounded: provider sign-ins begun from one address are
+// admitted like passkey sign-ins (one budget for both,
+// AUTH_CEREMONY_THROTTLE_ADDRESS_MAX); refused ones go back to the console
+// with error=throttled and store nothing; the unfinished flows of every
+// address together are capped (AUTH_IDP_MAX_PENDING), finished ones give
+// their slot back.
+func TestProviderBeginsBounded(t *testing.T) {
+	h := newIDPHarnessWith(t, map[string]string{"AUTH_CEREMONY_THROTTLE_ADDRESS_MAX": "6", "AUTH_IDP_MAX_PENDING": "4"})
+	testkit.AllowScan(h.db.Name(), "account_tokens", "{}") // this test's own count
+	stored := func() int64 {
+		n, err := h.db.Collection("account_tokens").EstimatedDocumentCount(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	begin := func() (string, url.Values, *http.Response) {
+		b := h.browser(t)
+		b.c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp := b.get(t, "http://"+gatewayHost+"/signin/oidc/corp")
+		resp.Body.Close()
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		if loc.Path == "/console/" {
+			page, q, _ := strings.Cut(loc.Fragment, "?")
+			v, _ := url.ParseQuery(q)
+			return page, v, resp
+		}
+		return "", nil, resp
+	}
+	before := stored()
+	// The pending cap first: 4 unfinished flows, the fifth refused.
+	for i := range 5 {
+		page, q, resp := begin()
+		switch {
+		case i < 4 && page != "":
+			t.Fatalf("begin %d refused: %s?%s", i+1, page, q.Encode())
+		case i == 4:
+			wantRefused(t, strings.TrimPrefix(page, "/"), q, "signin", "throttled")
+		}
+		if i < 4 && !strings.HasPrefix(resp.Header.Get("Location"), h.op.Issuer) {
+			t.Fatalf("begin %d: %q", i+1, resp.Header.Get("Location"))
+		}
+	}
+	if got := stored() - before; got != 4 {
+		t.Fatalf("%d states stored, want the 4 admitted", got)
+	}
+	// A link is capped too (429 JSON: the console's fetch).
+	admin, _ := h.tokenFor(h.signIn(adminEmail, adminPassword))
+	want(t, h.do(req{method: "POST", path: "/me/identities/github/link", token: admin}), 429, "throttled")
+	// The address's budget (6 per minute) is one with passkey begins: 4
+	// provider begins admitted so far (the refused one counted nowhere), so
+	// two passkey begins pass and the next is refused.
+	want(t, h.do(req{method: "POST", path: "/signin/passkey/begin", token: h.anonToken()}), 200, "")
+	want(t, h.do(req{method: "POST", path: "/signin/passkey/begin", token: h.anonToken()}), 200, "")
+	want(t, h.do(req{method: "POST", path: "/signin/passkey/begin", token: h.anonToken()}), 429, "throttled")
+	if got := stored() - before; got != 6 {
+		t.Fatalf("%d states stored, want 4 flows and 2 ceremonies", got)
 	}
 }

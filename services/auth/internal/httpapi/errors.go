@@ -59,7 +59,8 @@ var errorMap = []errorRow{
 	is(account.ErrIdentityUnverified, http.StatusForbidden, "identity_unverified", "the provider did not confirm the e-mail address: no account can be made with it"),
 	is(account.ErrIdentityDomain, http.StatusForbidden, "identity_domain", "accounts cannot be made for this e-mail domain"),
 	is(account.ErrIdentityEmailTaken, http.StatusConflict, "identity_email_taken", "an account with this e-mail address exists: sign in to it and link the provider from your profile"),
-	is(account.ErrLastSignInMethod, http.StatusConflict, "last_sign_in_method", "this is the last way to sign in to the account: set a password or add a passkey first"),
+	is(account.ErrLastSignInMethod, http.StatusConflict, "last_sign_in_method", "this is the last way to sign in to the account: add a passkey, link a provider or set a password first"),
+	is(account.ErrMethodsBusy, http.StatusConflict, "sign_in_methods_busy", "another change to the account's ways to sign in is under way: try again"),
 	is(account.ErrTooManyPasskeys, http.StatusConflict, "too_many_passkeys", "this account has the most passkeys allowed: remove one first"),
 
 	// A request that ran out of its time (Options.RequestTimeout), most

@@ -97,6 +97,12 @@ func (m *memUsers) Delete(_ context.Context, id string) error {
 	return nil
 }
 
+func (m *memUsers) LockMethods(context.Context, string, string, time.Time, time.Time) (bool, error) {
+	return true, nil
+}
+
+func (m *memUsers) UnlockMethods(context.Context, string, string) error { return nil }
+
 func (m *memUsers) List(_ context.Context, skip, limit int) ([]account.User, int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -104,12 +104,24 @@ func (x *identityAPI) clearStateCookie(c *fiber.Ctx) {
 }
 
 // GET /signin/oidc/:provider: 302 to the provider, with the state cookie.
+// The begin is admitted like a passkey sign-in begun (per client address,
+// and one of the pending flows' slots); a refused one is sent back to the
+// console with error=throttled, as a browser navigating here expects a
+// page, not JSON.
 func (x *identityAPI) begin(c *fiber.Ctx) error {
 	name := strings.Clone(c.Params("provider"))
-	if err := x.ids.Check(c.UserContext(), client(c)); err != nil {
+	if !x.flow.Known(name) {
+		return x.refuse(c, "signin", idp.ErrUnknownProvider)
+	}
+	cl := client(c)
+	if err := x.ids.Check(c.UserContext(), cl); err != nil {
 		return x.refuse(c, "signin", err)
 	}
-	b, err := x.flow.Begin(c.UserContext(), name, idp.PurposeSignIn, "")
+	var b idp.Begun
+	err := x.ids.Begin(c.UserContext(), cl, true, func(slot string) (err error) {
+		b, err = x.flow.Begin(c.UserContext(), name, idp.PurposeSignIn, "", slot)
+		return err
+	})
 	if err != nil {
 		return x.refuse(c, "signin", err)
 	}
@@ -120,11 +132,17 @@ func (x *identityAPI) begin(c *fiber.Ctx) error {
 // POST /me/identities/:provider/link: begins linking a provider to the caller;
 // 200 {url}: the console sends the browser there.
 func (x *identityAPI) beginLink(c *fiber.Ctx) error {
-	b, err := x.flow.Begin(c.UserContext(), strings.Clone(c.Params("provider")), idp.PurposeLink, caller(c).UserID)
+	name := strings.Clone(c.Params("provider"))
+	if !x.flow.Known(name) {
+		return web.Errorf(http.StatusNotFound, idp.CodeUnknownProvider, "no identity provider with this name is configured")
+	}
+	var b idp.Begun
+	err := x.ids.Begin(c.UserContext(), client(c), false, func(slot string) (err error) {
+		b, err = x.flow.Begin(c.UserContext(), name, idp.PurposeLink, caller(c).UserID, slot)
+		return err
+	})
 	var ie *idp.Error
 	switch {
-	case idp.IsUnknownProvider(err):
-		return web.Errorf(http.StatusNotFound, idp.CodeUnknownProvider, "no identity provider with this name is configured")
 	case errors.As(err, &ie): // the provider's discovery failed
 		x.log.ErrorContext(c.UserContext(), "identity provider link", "err", err)
 		return &web.Error{Status: http.StatusServiceUnavailable, Code: ie.Code, Message: ie.Message, Cause: err}
@@ -191,10 +209,14 @@ func (x *identityAPI) callback(c *fiber.Ctx) error {
 }
 
 // flowFailed records a flow the provider's answer did not finish, and
-// counts it against the client address like a failed sign-in.
+// counts it against the client address like a failed sign-in. A callback
+// without this browser's state cookie is refused before that: any web page
+// can make a visitor's browser send one (an <img>), so counting it would
+// let a stranger lock the sign-ins of everyone behind the visitor's
+// address.
 func (x *identityAPI) flowFailed(c *fiber.Ctx, page, name string, cl account.Client, err error) error {
 	var ie *idp.Error
-	if !errors.As(err, &ie) || ie.Code == idp.CodeProviderUnavailable || ie.Code == idp.CodeUnknownProvider {
+	if idp.IsUnbound(err) || !errors.As(err, &ie) || ie.Code == idp.CodeProviderUnavailable || ie.Code == idp.CodeUnknownProvider {
 		return x.refuse(c, page, err)
 	}
 	x.opts.Meter.SignIn(SignInFailed)

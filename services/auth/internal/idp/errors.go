@@ -33,11 +33,23 @@ const (
 	CodeProviderUnavailable = "provider_unavailable"
 )
 
+// ErrUnknownProvider: no provider of this name is configured.
+var ErrUnknownProvider error = errUnknownProvider
+
 var (
 	errUnknownProvider = &Error{Code: CodeUnknownProvider, Message: "no identity provider with this name is configured"}
 	errState           = &Error{Code: CodeState, Message: "the sign-in did not start in this browser, took too long or was already finished: start again"}
 	errNoCode          = &Error{Code: CodeNoCode, Message: "the provider sent no authorization code: start again"}
+	// errUnbound: the callback carries no state cookie, or one that is not
+	// its state's. Any page can make a browser send such a callback (an
+	// image), so it names no flow and proves nothing about the client.
+	errUnbound = &Error{Code: CodeState, Message: errState.Message, Err: errors.New("no state cookie, or another state's")}
 )
+
+// IsUnbound reports whether err refused a callback that was not bound to
+// the browser sending it (no state cookie, or another state's): no flow
+// was touched, and the client proved nothing, so it counts as no attempt.
+func IsUnbound(err error) bool { return errors.Is(err, errUnbound) }
 
 // IsUnknownProvider reports whether err says the provider is not configured.
 func IsUnknownProvider(err error) bool {

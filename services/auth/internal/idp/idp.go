@@ -86,6 +86,7 @@ type Flow struct {
 	base      string // public URL of the gateway; callbacks are base + /signin/oidc/<name>/callback
 	ttl       time.Duration
 	client    *http.Client
+	finished  func(ctx context.Context, slot string)
 	now       func() time.Time
 }
 
@@ -99,6 +100,9 @@ type Options struct {
 	PublicURL string        // the gateway's public address
 	TTL       time.Duration // how long a flow may take at the provider (default 10m)
 	Client    *http.Client  // for the provider's endpoints (default: 15s timeout)
+	// Finished is told the slot a flow's state kept (Begin's slot) once
+	// its callback took the state; nil: slots are not given back.
+	Finished func(ctx context.Context, slot string)
 }
 
 // New returns a Flow over providers; tokens keeps each flow's secrets.
@@ -110,7 +114,7 @@ func New(providers []Provider, tokens account.TokenStore, o Options) (*Flow, err
 		o.Client = &http.Client{Timeout: 15 * time.Second}
 	}
 	f := &Flow{providers: map[string]*provider{}, tokens: tokens, base: strings.TrimRight(o.PublicURL, "/"),
-		ttl: o.TTL, client: o.Client, now: func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }}
+		ttl: o.TTL, client: o.Client, finished: o.Finished, now: func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }}
 	for _, p := range providers {
 		if err := p.check(); err != nil {
 			return nil, err
@@ -208,9 +212,16 @@ func random() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// Known reports whether a provider of this name is configured.
+func (f *Flow) Known(name string) bool {
+	_, ok := f.providers[name]
+	return ok
+}
+
 // Begin starts a flow with provider name; userID is the signed-in user for
-// PurposeLink.
-func (f *Flow) Begin(ctx context.Context, name, purpose, userID string) (Begun, error) {
+// PurposeLink. slot (may be empty) is kept with the flow's state and handed
+// to Options.Finished when the callback takes it.
+func (f *Flow) Begin(ctx context.Context, name, purpose, userID, slot string) (Begun, error) {
 	p, ok := f.providers[name]
 	if !ok {
 		return Begun{}, errUnknownProvider
@@ -231,7 +242,7 @@ func (f *Flow) Begin(ctx context.Context, name, purpose, userID string) (Begun, 
 	t := f.now()
 	exp := t.Add(f.ttl)
 	if err := f.tokens.Create(ctx, account.Token{ID: account.HashSecret(state), Purpose: tokenPurpose, UserID: userID,
-		CreatedAt: t, ExpiresAt: exp, Data: data}); err != nil {
+		CreatedAt: t, ExpiresAt: exp, Data: data, Slot: slot}); err != nil {
 		return Begun{}, err
 	}
 	return Begun{URL: u, State: state, ExpiresAt: exp}, nil
@@ -264,7 +275,7 @@ func (f *Flow) Finish(ctx context.Context, name, boundState string, cb Callback)
 		return Result{}, errUnknownProvider
 	}
 	if cb.State == "" || boundState == "" || subtle.ConstantTimeCompare([]byte(cb.State), []byte(boundState)) != 1 {
-		return Result{}, errState
+		return Result{}, errUnbound
 	}
 	tok, err := f.tokens.Take(ctx, account.HashSecret(cb.State), tokenPurpose, f.now())
 	if errors.Is(err, account.ErrInvalidToken) {
@@ -272,6 +283,9 @@ func (f *Flow) Finish(ctx context.Context, name, boundState string, cb Callback)
 	}
 	if err != nil {
 		return Result{}, err
+	}
+	if tok.Slot != "" && f.finished != nil { // no longer pending
+		f.finished(ctx, tok.Slot)
 	}
 	var d flowData
 	if err := json.Unmarshal(tok.Data, &d); err != nil || d.Provider != name {

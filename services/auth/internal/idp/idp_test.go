@@ -28,6 +28,8 @@ type fixture struct {
 	flow *idp.Flow
 	op   *idptest.OP
 	gh   *idptest.GitHub
+	// finished are the slots Options.Finished was told of.
+	finished chan string
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -40,14 +42,15 @@ func newFixture(t *testing.T) *fixture {
 		idptest.GitHubUser{ID: 4242, Login: "octo", Name: "Octo Cat", Emails: []idptest.GitHubEmail{
 			{Email: "octo@users.example", Primary: true, Verified: true}, {Email: "other@example.com"}}},
 		idptest.GitHubUser{ID: 7, Login: "unverified", Emails: []idptest.GitHubEmail{{Email: "u@example.com", Primary: true}}})
+	finished := make(chan string, 100)
 	f, err := idp.New([]idp.Provider{
 		{Name: "corp", DisplayName: "Corp SSO", Kind: idp.KindOIDC, Issuer: op.Issuer, ClientID: "platform", ClientSecret: "platform-secret"},
 		{Name: "github", DisplayName: "GitHub", Kind: idp.KindGitHub, Issuer: gh.URL, APIURL: gh.URL, ClientID: "gh-client", ClientSecret: "gh-secret"},
-	}, tokens, idp.Options{PublicURL: publicURL})
+	}, tokens, idp.Options{PublicURL: publicURL, Finished: func(_ context.Context, slot string) { finished <- slot }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{flow: f, op: op, gh: gh}
+	return &fixture{flow: f, op: op, gh: gh, finished: finished}
 }
 
 // browser follows redirects except the one back to the gateway.
@@ -80,7 +83,7 @@ func callback(t *testing.T, resp *http.Response) idp.Callback {
 // signInAtOP begins a flow and signs alice in at the provider.
 func (fx *fixture) signInAtOP(t *testing.T) (idp.Begun, idp.Callback) {
 	t.Helper()
-	b, err := fx.flow.Begin(context.Background(), "corp", idp.PurposeSignIn, "")
+	b, err := fx.flow.Begin(context.Background(), "corp", idp.PurposeSignIn, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,16 +126,47 @@ func TestOIDC(t *testing.T) {
 		if res.Purpose != idp.PurposeSignIn {
 			t.Fatalf("purpose %q", res.Purpose)
 		}
-		// The state is spent: the same answer again is refused.
+		// The state is spent: the same answer again is refused (bound to
+		// the browser, so not IsUnbound: it counts as a failed sign-in).
 		_, err = fx.flow.Finish(ctx, "corp", b.State, cb)
 		wantCode(t, err, idp.CodeState)
+		if idp.IsUnbound(err) {
+			t.Fatalf("a spent state of this browser is IsUnbound")
+		}
 	})
 	t.Run("stateNotBound", func(t *testing.T) {
 		_, cb := fx.signInAtOP(t)
 		_, err := fx.flow.Finish(ctx, "corp", "another-browser-state", cb)
 		wantCode(t, err, idp.CodeState)
+		if !idp.IsUnbound(err) {
+			t.Fatalf("another browser's callback: not IsUnbound")
+		}
 		_, err = fx.flow.Finish(ctx, "corp", "", cb)
 		wantCode(t, err, idp.CodeState)
+		if !idp.IsUnbound(err) {
+			t.Fatalf("a callback without the cookie: not IsUnbound")
+		}
+		// The state was not spent by them: the bound callback finishes.
+		if _, err := fx.flow.Finish(ctx, "corp", cb.State, cb); err != nil {
+			t.Fatalf("the bound callback after unbound ones: %v", err)
+		}
+	})
+	t.Run("slotGivenBack", func(t *testing.T) {
+		b, err := fx.flow.Begin(ctx, "corp", idp.PurposeSignIn, "", "slot-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fx.flow.Finish(ctx, "corp", b.State, idp.Callback{State: b.State}); err == nil {
+			t.Fatal("a callback without code finished")
+		}
+		select {
+		case got := <-fx.finished:
+			if got != "slot-7" {
+				t.Fatalf("Finished told %q, want slot-7", got)
+			}
+		default:
+			t.Fatal("the state was taken but its slot not given back")
+		}
 	})
 	t.Run("otherProvider", func(t *testing.T) {
 		b, cb := fx.signInAtOP(t)
@@ -145,7 +179,7 @@ func TestOIDC(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A new flow of this browser, answered with the spent code.
-		b2, err := fx.flow.Begin(ctx, "corp", idp.PurposeSignIn, "")
+		b2, err := fx.flow.Begin(ctx, "corp", idp.PurposeSignIn, "", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +187,7 @@ func TestOIDC(t *testing.T) {
 		wantCode(t, err, idp.CodeCodeRejected)
 	})
 	t.Run("denied", func(t *testing.T) {
-		b, err := fx.flow.Begin(ctx, "corp", idp.PurposeSignIn, "")
+		b, err := fx.flow.Begin(ctx, "corp", idp.PurposeSignIn, "", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +231,7 @@ func TestOIDC(t *testing.T) {
 		wantCode(t, err, idp.CodeTokenInvalid)
 	})
 	t.Run("unknownProvider", func(t *testing.T) {
-		_, err := fx.flow.Begin(ctx, "nope", idp.PurposeSignIn, "")
+		_, err := fx.flow.Begin(ctx, "nope", idp.PurposeSignIn, "", "")
 		wantCode(t, err, idp.CodeUnknownProvider)
 	})
 }
@@ -208,7 +242,7 @@ func TestGitHub(t *testing.T) {
 	ctx := context.Background()
 	run := func(t *testing.T, purpose, user string) (idp.Result, error) {
 		t.Helper()
-		b, err := fx.flow.Begin(ctx, "github", purpose, user)
+		b, err := fx.flow.Begin(ctx, "github", purpose, user, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -390,6 +390,49 @@ func (s *Users) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// LockMethods implements account.UserStore: one conditional
+// find-and-modify of the user's document (atomic on MongoDB, and on the
+// embedded FerretDB through its patch), which sets the holder and the end
+// of its lease only where no lease is running.
+func (s *Users) LockMethods(ctx context.Context, id, holder string, now, until time.Time) (bool, error) {
+	oid, err := bson.ObjectIDFromHex(id)
+	if err != nil {
+		return false, account.ErrUserNotFound
+	}
+	free := bson.A{
+		bson.D{{Key: "methodsLockUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "methodsLockUntil", Value: bson.D{{Key: "$lte", Value: now}}}},
+	}
+	err = s.c.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: oid}, {Key: "$or", Value: free}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "methodsLockHolder", Value: holder}, {Key: "methodsLockUntil", Value: until}}}}).Err()
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, mongo.ErrNoDocuments) {
+		return false, err
+	}
+	// Held by another, or no such user.
+	n, err := s.c.CountDocuments(ctx, bson.D{{Key: "_id", Value: oid}}, options.Count().SetLimit(1))
+	if err != nil {
+		return false, err
+	}
+	if n == 0 {
+		return false, account.ErrUserNotFound
+	}
+	return false, nil
+}
+
+// UnlockMethods implements account.UserStore.
+func (s *Users) UnlockMethods(ctx context.Context, id, holder string) error {
+	oid, err := bson.ObjectIDFromHex(id)
+	if err != nil {
+		return account.ErrUserNotFound
+	}
+	_, err = s.c.UpdateOne(ctx, bson.D{{Key: "_id", Value: oid}, {Key: "methodsLockHolder", Value: holder}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "methodsLockHolder", Value: ""}, {Key: "methodsLockUntil", Value: ""}}}})
+	return err
+}
+
 // List implements account.UserStore.
 func (s *Users) List(ctx context.Context, skip, limit int) ([]account.User, int64, error) {
 	// The count of the whole collection: on MongoDB from its metadata, on
