@@ -242,32 +242,3 @@ func TestJPEGScanWalkSkipsWhatIsNotAScan(t *testing.T) {
 		t.Errorf("cut: %d scans, %v; want 2", info.scans, err)
 	}
 }
-
-// Process stops when its context ends: a decode of the attack with no scan
-// bound ends at the decoder's next read after the deadline (its scans are
-// read 4 KiB at a time, a few dozen scans apart) instead of walking all
-// 400 scans (12 s or more), and returns the context's cause.
-func TestProcessStopsAtTheDeadline(t *testing.T) {
-	if testing.Short() {
-		t.Skip("decodes a 40 MP image")
-	}
-	b := hostileJPEG(6300, 400, false)
-	o := Options{MaxPixels: 40_000_000, MaxSide: 2048, JPEGQuality: 80}
-	cause := errors.New("deadline of the test")
-	ctx, cancel := context.WithTimeoutCause(context.Background(), 500*time.Millisecond, cause)
-	defer cancel()
-	start := time.Now()
-	_, err := Process(ctx, b, o)
-	if !errors.Is(err, cause) {
-		t.Fatalf("got %v, want the context's cause", err)
-	}
-	if d := time.Since(start); d > 6*time.Second {
-		t.Fatalf("stopped %v after start, deadline 500ms", d)
-	}
-
-	done, stop := context.WithCancelCause(context.Background())
-	stop(cause)
-	if _, err := Process(done, encodeJPEG(t, twoTone(300, 200)), opts); !errors.Is(err, cause) {
-		t.Fatalf("ended context: %v, want its cause", err)
-	}
-}
