@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"time"
@@ -25,7 +26,13 @@ func (h *handler) storeImage(c *fiber.Ctx) storeFunc {
 		defer cancel(nil)
 		w := &hangupWatch{conn: c.Context().Conn(), cancel: cancel}
 		defer w.stop()
-		return h.svc.StoreImage(ctx, owner, &atEOF{r: src, at: w.start})
+		p, err := h.svc.StoreImage(ctx, owner, &atEOF{r: src, at: w.start})
+		if err != nil && errors.Is(context.Cause(ctx), files.ErrClientGone) {
+			// Whatever failed (the decode, the wait, the object store's
+			// transfer) failed because the client left.
+			return nil, files.ErrClientGone
+		}
+		return p, err
 	}
 }
 
