@@ -240,7 +240,7 @@ type jpegInfo struct {
 	scanBlocks, mcuBlocks int64
 }
 
-// Passes is the scans' work in walks over the whole image: a scan of
+// passes is the scans' work in walks over the whole image: a scan of
 // every component counts 1, a scan of one of three equal components 1/3.
 func (j jpegInfo) passes() float64 {
 	if j.mcuBlocks == 0 {

@@ -47,7 +47,7 @@ func jpegSegment(out *bytes.Buffer, marker byte, data []byte) {
 }
 
 // hostileJPEG is issue 43's attack: a grayscale side×side progressive JPEG
-// whose DC scan is followed by refinements scans of the AC band (Ah=1)
+// whose DC scan is followed by refinement scans of the AC band (Ah=1)
 // holding only end-of-block runs of 32767 blocks (EOB14): a few dozen bytes
 // a scan, yet image/jpeg walks every block in each. With baseline the
 // frame is sequential (SOF0) and every scan codes each block in two bits
