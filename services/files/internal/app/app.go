@@ -99,10 +99,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 		ImageConcurrency: cfg.ImageConcurrency,
 		ImageWait:        cfg.ImageWait,
 		ImageMemory:      cfg.ImageMemory,
+		ImageTimeout:     cfg.ImageTimeout,
 		DefaultQuota:     cfg.Quota,
 		Image: imaging.Options{
 			MaxPixels:   cfg.ImageMaxPixels,
 			MaxMemory:   cfg.ImageMaxMemory,
+			MaxScans:    cfg.ImageMaxScans,
 			MaxSide:     cfg.ImageMaxSide,
 			JPEGQuality: cfg.ImageQuality,
 		},

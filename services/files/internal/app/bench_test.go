@@ -146,7 +146,7 @@ func BenchmarkImageReencode12MP(b *testing.B) {
 	b.ResetTimer()
 	t0 := time.Now()
 	for i := 0; i < b.N; i++ {
-		if _, err := imaging.Process(data, opts); err != nil {
+		if _, err := imaging.Process(context.Background(), data, opts); err != nil {
 			b.Fatal(err)
 		}
 	}

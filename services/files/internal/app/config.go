@@ -31,6 +31,8 @@ var Settings = config.Table{
 	{Key: "IMAGE_MAX_MEMORY", Kind: config.Size, Default: "256MiB", Doc: "bytes one image may take to decode, resize and re-encode, estimated from its header → 422 `image_too_much_memory`; at least 1MiB"},
 	{Key: "IMAGE_MEMORY", Kind: config.Size, Default: "320MiB", Doc: "bytes all images being processed may take together (a weighted semaphore; past it 503 `busy` after `FILES_IMAGE_WAIT`); at least `FILES_IMAGE_MAX_MEMORY`"},
 	{Key: "IMAGE_WAIT", Kind: config.Duration, Default: "30s", Doc: "wait for a re-encode slot and for image memory before 503 `busy`"},
+	{Key: "IMAGE_MAX_SCANS", Kind: config.Int, Default: "16", Doc: "work one JPEG may take to decode, in walks over its blocks: its scans, each weighed by the share of the image's blocks it covers, counted from the markers before decoding → 422 `image_too_complex`; encoders write at most 6 (docs/files.md)"},
+	{Key: "IMAGE_DECODE_TIMEOUT", Kind: config.Duration, Default: "20s", Doc: "deadline of one image's decode, resize and re-encode once it holds its slot → 422 `image_timeout`; the slot and memory are given back at once; `0` no deadline"},
 	{Key: "S3_PART_SIZE", Kind: config.Size, Default: "8MiB", Doc: "multipart part size of streamed uploads (at least 5MiB)"},
 	{Key: "S3_UPLOAD_THREADS", Kind: config.Int, Default: "2", Doc: "parts uploaded in parallel per upload"},
 	{Key: "QUOTA", Kind: config.Size, Default: "10GiB", Doc: "bytes each user may store unless an administrator sets their own; `0` no quota"},
@@ -72,8 +74,10 @@ type Config struct {
 	ImageQuality     int
 	ImageConcurrency int
 	ImageWait        time.Duration
-	ImageMaxMemory   int64 // bytes one image may take to decode and re-encode
-	ImageMemory      int64 // bytes all images being processed may take together
+	ImageMaxScans    int           // a JPEG's scans, in walks over its blocks
+	ImageTimeout     time.Duration // one image's decode and re-encode; 0: none
+	ImageMaxMemory   int64         // bytes one image may take to decode and re-encode
+	ImageMemory      int64         // bytes all images being processed may take together
 	Quota            int64
 	EraseAckWait     time.Duration
 	EraseMaxDeliver  int
@@ -120,6 +124,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ImageQuality:     r.Int("IMAGE_QUALITY"),
 		ImageConcurrency: r.Int("IMAGE_CONCURRENCY"),
 		ImageWait:        r.Duration("IMAGE_WAIT"),
+		ImageMaxScans:    r.Int("IMAGE_MAX_SCANS"),
+		ImageTimeout:     r.Duration("IMAGE_DECODE_TIMEOUT"),
 		ImageMaxMemory:   r.Int64("IMAGE_MAX_MEMORY"),
 		ImageMemory:      r.Int64("IMAGE_MEMORY"),
 		Quota:            r.Int64("QUOTA"),
@@ -157,6 +163,7 @@ func (c Config) check() []string {
 	add(c.MaxUpload <= 0 || c.ImageMaxBytes <= 0 || c.MaxMeta < 0, "FILES_MAX_UPLOAD and FILES_IMAGE_MAX_BYTES must be positive, FILES_MAX_META not negative")
 	add(c.ImageMaxPixels <= 0 || c.ImageMaxSide <= 0 || c.ImageQuality < 1 || c.ImageQuality > 100 || c.ImageConcurrency < 1,
 		"FILES_IMAGE_MAX_PIXELS, FILES_IMAGE_MAX_SIDE, FILES_IMAGE_CONCURRENCY must be positive, FILES_IMAGE_QUALITY 1..100")
+	add(c.ImageMaxScans < 1 || c.ImageTimeout < 0, "FILES_IMAGE_MAX_SCANS must be positive and FILES_IMAGE_DECODE_TIMEOUT not negative (0: none)")
 	add(c.ImageMaxMemory < 1<<20 || c.ImageMemory < c.ImageMaxMemory, "FILES_IMAGE_MAX_MEMORY must be at least 1MiB and FILES_IMAGE_MEMORY at least FILES_IMAGE_MAX_MEMORY")
 	add(c.S3.PartSize < 5<<20 || c.S3.UploadThreads < 1, "FILES_S3_PART_SIZE must be at least 5MiB and FILES_S3_UPLOAD_THREADS at least 1")
 	add(c.RecordCacheTTL < 0 || c.RecordCacheSize < 1, "FILES_RECORD_CACHE_TTL must not be negative (0: off) and FILES_RECORD_CACHE_SIZE at least 1")

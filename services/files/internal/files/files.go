@@ -92,9 +92,17 @@ var (
 	// ErrImageTooMuchMemory: decoding and re-encoding the image would take
 	// more memory than one image may use (Config.Image.MaxMemory).
 	ErrImageTooMuchMemory = errors.New("image needs more memory than one image may use")
-	ErrBadImage           = errors.New("image data is corrupt")
-	ErrBusy               = errors.New("too many images being processed")
-	ErrQuotaExceeded      = errors.New("the upload would exceed the owner's storage quota")
+	// ErrImageTooComplex: decoding the image would take more work than one
+	// image may (a JPEG's scans over Config.Image.MaxScans).
+	ErrImageTooComplex = errors.New("image needs more work to decode than one image may take")
+	// ErrImageTimeout: processing the image passed Config.ImageTimeout.
+	ErrImageTimeout = errors.New("processing the image took longer than one image may take")
+	// ErrClientGone: the client closed its connection while its image was
+	// being processed; the work was dropped.
+	ErrClientGone    = errors.New("the client closed the connection")
+	ErrBadImage      = errors.New("image data is corrupt")
+	ErrBusy          = errors.New("too many images being processed")
+	ErrQuotaExceeded = errors.New("the upload would exceed the owner's storage quota")
 )
 
 // SourceError means reading the client's upload failed (truncated or

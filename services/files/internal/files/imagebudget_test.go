@@ -161,3 +161,69 @@ func TestImageMemoryPerImageCap(t *testing.T) {
 		t.Fatalf("per-image budget %d, want the process budget", s.ImageMaxMemory())
 	}
 }
+
+// zeroPNG16 is a complete w×h 16-bit RGBA PNG of zeros, quick to make.
+func zeroPNG16(t *testing.T, w, h int) []byte {
+	t.Helper()
+	chunk := func(typ string, data []byte) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
+		b = append(append(b, typ...), data...)
+		return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(append([]byte(typ), data...)))
+	}
+	ihdr := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, uint32(w)), uint32(h))
+	var z bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&z, zlib.BestSpeed)
+	row := make([]byte, 1+8*w)
+	for range h {
+		_, _ = zw.Write(row)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := append([]byte("\x89PNG\r\n\x1a\n"), chunk("IHDR", append(ihdr, 16, 6, 0, 0, 0))...)
+	b = append(b, chunk("IDAT", z.Bytes())...)
+	return append(b, chunk("IEND", nil)...)
+}
+
+// An image whose processing passes ImageTimeout, or whose context ends
+// (the client gone), stops and gives its slot and memory back at once: a
+// small image behind it in the one slot gets it right away.
+func TestImageWorkStopsAndGivesBackItsSlot(t *testing.T) {
+	slow := zeroPNG16(t, 3000, 3000) // a real image that takes a while to decode
+	small := png16(t, 8, 8)
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		cancel  bool
+		want    error
+	}{
+		{"deadline", 50 * time.Millisecond, false, ErrImageTimeout},
+		{"client gone", 0, true, ErrClientGone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewService(nil, nil, nil, Config{ImageConcurrency: 1, ImageWait: 30 * time.Second, ImageTimeout: tc.timeout,
+				Image: imaging.Options{MaxPixels: 40_000_000, MaxSide: 256, JPEGQuality: 80}})
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			if tc.cancel {
+				time.AfterFunc(50*time.Millisecond, func() { cancel(ErrClientGone) })
+			}
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() { _, err := s.processImage(ctx, slow); done <- err }()
+			time.Sleep(10 * time.Millisecond) // the slow one takes the slot first
+			if _, err := s.processImage(context.Background(), small); err != nil {
+				t.Fatalf("small image: %v", err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("small image waited %v", d)
+			}
+			if err := <-done; !errors.Is(err, tc.want) {
+				t.Fatalf("slow image: %v, want %v", err, tc.want)
+			}
+			if h := s.ImageMemoryHeld(); h != 0 {
+				t.Fatalf("%d bytes still held", h)
+			}
+		})
+	}
+}

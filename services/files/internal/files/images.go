@@ -64,11 +64,15 @@ func (s *Service) StoreImage(ctx context.Context, owner string, src io.Reader) (
 	}}, nil
 }
 
-// processImage re-encodes data under the two limits of image work: a
-// slot of ImageConcurrency (CPU) and the image's share of ImageMemory
-// (bytes: the header's estimate plus the upload itself), both waited for at
-// most ImageWait (then ErrBusy). An image whose estimate is over the
-// per-image budget is refused before anything is decoded.
+// processImage re-encodes data under the limits of image work: a slot of
+// ImageConcurrency (CPU) and the image's share of ImageMemory (bytes: the
+// header's estimate plus the upload itself), both waited for at most
+// ImageWait (then ErrBusy), and ImageTimeout once they are held. An image
+// whose estimate is over the per-image budget, or whose scans are over the
+// per-image work, is refused before anything is decoded. When ctx ends
+// (the handler cancels it with ErrClientGone when the client hangs up)
+// or the deadline passes, the work stops at its next read, band or write
+// and the slot and memory are given back.
 func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result, error) {
 	cost, err := imaging.Check(data, s.cfg.Image)
 	if err != nil {
@@ -82,7 +86,7 @@ func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result
 	defer cancel()
 	busy := func() error {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return context.Cause(ctx)
 		}
 		return ErrBusy
 	}
@@ -104,7 +108,13 @@ func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result
 			return imaging.Result{}, busy()
 		}
 	}
-	out, err := imaging.Process(data, s.cfg.Image)
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if s.cfg.ImageTimeout > 0 {
+		pctx, cancel = context.WithTimeoutCause(ctx, s.cfg.ImageTimeout,
+			fmt.Errorf("%w (%s)", ErrImageTimeout, s.cfg.ImageTimeout))
+	}
+	out, err := imaging.Process(pctx, data, s.cfg.Image)
+	cancel()
 	<-s.sem
 	if cost.Bytes() >= s.freeAbove {
 		s.afterImage() // the decoded image is garbage now
@@ -121,6 +131,9 @@ func (s *Service) ImageMemoryHeld() int64 { return s.held.Load() }
 // ImageMemory is the process-wide image memory budget in force.
 func (s *Service) ImageMemory() int64 { return s.cfg.ImageMemory }
 
+// ImageMaxScans is the per-image bound of a JPEG's scans in force.
+func (s *Service) ImageMaxScans() int { return s.cfg.Image.MaxScans }
+
 // ImageMaxMemory is the per-image memory budget in force.
 func (s *Service) ImageMaxMemory() int64 { return s.cfg.Image.MaxMemory }
 
@@ -130,6 +143,8 @@ func imageError(err error) error {
 		return ErrNotImage
 	case errors.Is(err, imaging.ErrTooMuchMemory):
 		return fmt.Errorf("%w: %v", ErrImageTooMuchMemory, err)
+	case errors.Is(err, imaging.ErrTooComplex):
+		return fmt.Errorf("%w: %v", ErrImageTooComplex, err)
 	case errors.Is(err, imaging.ErrTooManyPixels):
 		return fmt.Errorf("%w: %v", ErrImageTooLarge, err)
 	case errors.Is(err, imaging.ErrCorrupt):

@@ -31,7 +31,11 @@ type Config struct {
 	// ImageMemory is the process-wide budget, in bytes, of the images being
 	// decoded and re-encoded at once (each weighs its header's estimate and
 	// its upload); 0: Image.MaxMemory, the per-image budget.
-	ImageMemory  int64
+	ImageMemory int64
+	// ImageTimeout bounds one image's decode, resize and re-encode once it
+	// has its slot: past it the work stops and the slot is given back
+	// (ErrImageTimeout); 0: no deadline.
+	ImageTimeout time.Duration
 	DefaultQuota int64 // bytes one user may store unless given their own quota; 0: no quota
 	Image        imaging.Options
 }

@@ -33,7 +33,13 @@ var errorMap = []errorRow{
 	is(files.ErrImageTooMuchMemory, http.StatusUnprocessableEntity, "image_too_much_memory",
 		"decoding the image would need more memory than one image may use (dimensions times bytes per pixel)",
 		limit(func(s errScope) int64 { return s.maxMemory })),
+	is(files.ErrImageTooComplex, http.StatusUnprocessableEntity, "image_too_complex",
+		"decoding the image would take more work than one image may (a JPEG whose scans walk its blocks more times than the limit)",
+		limit(func(s errScope) int64 { return s.maxScans })),
+	is(files.ErrImageTimeout, http.StatusUnprocessableEntity, "image_timeout", "processing the image took longer than one image may take"),
 	is(files.ErrBadImage, http.StatusUnprocessableEntity, "invalid_image", "the image data is corrupt"),
+	// Nobody reads it: the client hung up while its image was processed.
+	is(files.ErrClientGone, statusClientClosed, "client_closed_request", "the client closed the connection before the answer"),
 	web.ErrorAs[files.BadLinkError](badLink),
 	is(files.ErrBadQuota, http.StatusBadRequest, "invalid_quota", "quota must be a non-negative integer number of bytes, or null", field("quota")),
 	is(files.ErrBusy, http.StatusServiceUnavailable, "busy", "too many images are being processed, try again shortly"),
@@ -50,12 +56,17 @@ type errScope struct {
 	fileID string // the :id sent (sentId of a file's errors)
 	linkID string // the :linkId sent; "" when the link came by its token
 	// The limits of an upload (limit of a 413 or 422).
-	maxFile, maxPixels, maxMemory int64
+	maxFile, maxPixels, maxMemory, maxScans int64
 }
+
+// statusClientClosed is the status logged for a request whose client hung
+// up before its answer (nginx's 499): not a server failure.
+const statusClientClosed = 499
 
 // uploadScope is the scope of an upload's errors.
 func (h *handler) uploadScope(maxFile int64) errScope {
-	return errScope{maxFile: maxFile, maxPixels: h.svc.MaxPixels(), maxMemory: h.svc.ImageMaxMemory()}
+	return errScope{maxFile: maxFile, maxPixels: h.svc.MaxPixels(), maxMemory: h.svc.ImageMaxMemory(),
+		maxScans: int64(h.svc.ImageMaxScans())}
 }
 
 // fail answers err as errorMap says; an outage of a dependency the files

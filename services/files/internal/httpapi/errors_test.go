@@ -42,7 +42,7 @@ func TestErrorMapRowsAnswerTheirOwnErrors(t *testing.T) {
 
 // What fail answers: the file endpoints' bodies, with what the scope names.
 func TestFail(t *testing.T) {
-	scope := errScope{fileID: "f1", linkID: "l1", maxFile: 10, maxPixels: 20, maxMemory: 30}
+	scope := errScope{fileID: "f1", linkID: "l1", maxFile: 10, maxPixels: 20, maxMemory: 30, maxScans: 16}
 	for _, tc := range []struct {
 		name   string
 		err    error
@@ -56,6 +56,9 @@ func TestFail(t *testing.T) {
 		{"tooLarge413", &files.SourceError{Err: files.ErrTooLarge}, scope, 413, map[string]any{"err": "the upload exceeds the maximum size", "code": "file_too_large", "limit": int64(10)}},
 		{"malformed400", &files.SourceError{Err: errors.New("eof")}, scope, 400, map[string]any{"err": "the multipart body is malformed or incomplete", "code": "invalid_multipart"}},
 		{"pixels422", files.ErrImageTooLarge, scope, 422, map[string]any{"err": "the image dimensions exceed the limit", "code": "image_too_many_pixels", "limit": int64(20)}},
+		{"complex422", fmt.Errorf("%w: 401 scans", files.ErrImageTooComplex), scope, 422, map[string]any{"err": "decoding the image would take more work than one image may (a JPEG whose scans walk its blocks more times than the limit)", "code": "image_too_complex", "limit": int64(16)}},
+		{"timeout422", fmt.Errorf("%w (20s)", files.ErrImageTimeout), scope, 422, map[string]any{"err": "processing the image took longer than one image may take", "code": "image_timeout"}},
+		{"clientGone499", files.ErrClientGone, scope, 499, map[string]any{"err": "the client closed the connection before the answer", "code": "client_closed_request"}},
 		{"badLink400", &files.BadLinkError{Field: "maxDownloads", Msg: "must be positive"}, scope, 400, map[string]any{"err": "maxDownloads must be positive", "code": "invalid_max_downloads", "field": "maxDownloads"}},
 		{"outage503", os.ErrDeadlineExceeded, scope, 503, map[string]any{"err": "storage is unavailable, try again shortly", "code": "unavailable"}},
 	} {

@@ -29,7 +29,7 @@ func (h *handler) uploadFile(c *fiber.Ctx) error {
 }
 
 func (h *handler) uploadImage(c *fiber.Ctx) error {
-	f, err := h.upload(c, h.o.ImageMaxBytes, h.svc.StoreImage)
+	f, err := h.upload(c, h.o.ImageMaxBytes, h.storeImage(c))
 	h.o.Meter.Upload(KindImage, uploadResult(err))
 	if err != nil {
 		return err

@@ -39,6 +39,13 @@ type Cost struct {
 	DecodeBytes int64
 	// ProcessBytes is what resizing, orienting and encoding allocate on top.
 	ProcessBytes int64
+	// Scans is a JPEG's scans (0 for the other formats) and Passes their
+	// work in walks over the whole image's blocks: image/jpeg walks every
+	// block of a scan's components once per scan, whatever the scan holds,
+	// so decoding takes Passes times the image's blocks, which the pixel
+	// and memory limits bound (Check refuses Passes over Options.MaxScans).
+	Scans  int
+	Passes float64
 }
 
 // Bytes is the whole cost.
@@ -55,11 +62,12 @@ func Estimate(b []byte, o Options) (Cost, error) {
 	}
 	w, h := int64(cfg.Width), int64(cfg.Height)
 	var dec int64
+	var info jpegInfo
 	switch f {
 	case PNG:
 		dec, err = pngDecodeBytes(b, w, h)
 	case JPEG:
-		dec, err = jpegDecodeBytes(b, w, h)
+		dec, info, err = jpegDecodeBytes(b, w, h)
 	case GIF:
 		dec = w * h // one *image.Paletted frame, bounded by the screen
 	case WebP:
@@ -68,7 +76,8 @@ func Estimate(b []byte, o Options) (Cost, error) {
 	if err != nil {
 		return Cost{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	c := Cost{Format: f, Width: cfg.Width, Height: cfg.Height, DecodeBytes: dec}
+	c := Cost{Format: f, Width: cfg.Width, Height: cfg.Height, DecodeBytes: dec,
+		Scans: info.scans, Passes: info.passes()}
 	c.ProcessBytes = processBytes(w, h, dec/(w*h)+1, o.MaxSide, Orientation(f, b) > 1)
 	return c, nil
 }
@@ -185,11 +194,12 @@ func pngHasChunk(b []byte, typ string) bool {
 // jpegDecodeBytes follows image/jpeg: one byte per sample of each
 // component plane (subsampled planes smaller, rounded up to whole MCUs),
 // 64 int32 coefficients per block of a progressive file, and the RGBA or
-// CMYK image some colour transforms convert into.
-func jpegDecodeBytes(b []byte, w, h int64) (int64, error) {
+// CMYK image some colour transforms convert into. It also returns what
+// the walk over the markers found.
+func jpegDecodeBytes(b []byte, w, h int64) (int64, jpegInfo, error) {
 	info, err := jpegHeader(b)
 	if err != nil {
-		return 0, err
+		return 0, info, err
 	}
 	hmax, vmax := int64(1), int64(1)
 	for _, c := range info.comps {
@@ -212,7 +222,7 @@ func jpegDecodeBytes(b []byte, w, h int64) (int64, error) {
 	case 4:
 		n += w * h * 4 // converted to *image.CMYK
 	}
-	return n, nil
+	return n, info, nil
 }
 
 type jpegComp struct{ id, h, v byte }
@@ -221,10 +231,33 @@ type jpegInfo struct {
 	comps       []jpegComp
 	progressive bool
 	rgb         bool
+	scans       int // start-of-scan markers to the end of the image
+	// scanBlocks is the blocks per MCU the scans walk, summed over the
+	// scans: image/jpeg walks every MCU in each scan and, in it, the h×v
+	// blocks of each of the scan's components; mcuBlocks is that of a scan
+	// of every component. scanBlocks/mcuBlocks is the scans' work in
+	// walks over the whole image.
+	scanBlocks, mcuBlocks int64
 }
 
-// jpegHeader walks the markers up to the first scan. Every length is
-// checked against the data (this parser faces the network).
+// passes is the scans' work in walks over the whole image: a scan of
+// every component counts 1, a scan of one of three equal components 1/3.
+func (j jpegInfo) passes() float64 {
+	if j.mcuBlocks == 0 {
+		return 0
+	}
+	return float64(j.scanBlocks) / float64(j.mcuBlocks)
+}
+
+// jpegHeader walks every marker of the file: the frame header and the
+// tables before the first scan, then each scan's header, stepping over its
+// entropy-coded data, to the end of the image. It weighs the scans because
+// image/jpeg walks every block of a scan's components whatever the scan's
+// data holds (a refinement scan of end-of-block runs is a few dozen bytes
+// for 620,000 blocks), so the scans, not the bytes, are a decode's work.
+// Every length is checked against the data (this parser faces the
+// network); a segment cut short after the first scan ends the walk, as it
+// ends the decoder's.
 func jpegHeader(b []byte) (jpegInfo, error) {
 	var s jpegScan
 	for i := 2; i+4 <= len(b); {
@@ -238,17 +271,42 @@ func jpegHeader(b []byte) (jpegInfo, error) {
 		}
 		n := int(binary.BigEndian.Uint16(b[i+2 : i+4]))
 		if n < 2 || i+2+n > len(b) {
+			if s.info.scans > 0 {
+				break
+			}
 			return s.info, errors.New("jpeg: truncated segment")
 		}
+		seg := b[i+4 : i+2+n]
+		i += 2 + n
 		if m == 0xDA { // start of scan
-			break
+			s.scan(seg)
+			i = entropyEnd(b, i)
+			continue
 		}
-		if err := s.segment(m, b[i+4:i+2+n]); err != nil {
+		if err := s.segment(m, seg); err != nil {
 			return s.info, err
 		}
-		i += 2 + n
 	}
 	return s.finish()
+}
+
+// entropyEnd is where the entropy-coded data starting at b[i] ends: the
+// first marker that is neither a stuffed 0xFF (FF 00), a restart marker
+// (FF D0-D7) inside the data, nor a fill byte (FF FF), or len(b). These
+// are the markers image/jpeg stops at between scans.
+func entropyEnd(b []byte, i int) int {
+	for i+1 < len(b) {
+		k := bytes.IndexByte(b[i:len(b)-1], 0xFF)
+		if k < 0 {
+			break
+		}
+		i += k
+		if m := b[i+1]; m != 0x00 && m != 0xFF && (m < 0xD0 || m > 0xD7) {
+			return i
+		}
+		i++
+	}
+	return len(b)
 }
 
 // jpegMarker reads the marker at b[i] (i+1 < len(b)), or says how many
@@ -311,8 +369,28 @@ func (s *jpegScan) frame(m byte, seg []byte) error {
 			return errors.New("jpeg: bad sampling factor")
 		}
 		s.info.comps = append(s.info.comps, jpegComp{id: c[0], h: hf, v: vf})
+		s.info.mcuBlocks += int64(hf) * int64(vf)
 	}
 	return nil
+}
+
+// scan reads a start-of-scan header: the components the scan walks.
+// A selector naming no component of the frame weighs nothing (image/jpeg
+// stops there).
+func (s *jpegScan) scan(seg []byte) {
+	s.info.scans++
+	if len(seg) < 1 {
+		return
+	}
+	ns := int(seg[0])
+	for k := 0; k < ns && 1+2*k < len(seg); k++ {
+		for _, c := range s.info.comps {
+			if c.id == seg[1+2*k] {
+				s.info.scanBlocks += int64(c.h) * int64(c.v)
+				break
+			}
+		}
+	}
 }
 
 // finish tells what the walk found: whether three components are RGB

@@ -3,6 +3,7 @@ package imaging
 import (
 	"bytes"
 	"compress/zlib"
+	"context"
 	"encoding/binary"
 	"errors"
 	"image"
@@ -95,7 +96,7 @@ func TestHostilePNGRefusedByBytes(t *testing.T) {
 	if c.DecodeBytes < 6300*6300*8 {
 		t.Fatalf("DecodeBytes %d under 6300*6300*8", c.DecodeBytes)
 	}
-	if _, err := Process(b, o); !errors.Is(err, ErrTooMuchMemory) {
+	if _, err := Process(context.Background(), b, o); !errors.Is(err, ErrTooMuchMemory) {
 		t.Fatalf("Process: %v, want ErrTooMuchMemory", err)
 	}
 	// The same dimensions at 8-bit grey fit: the budget is in bytes.
@@ -224,7 +225,7 @@ func TestEstimateCoversProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			var perr error
-			got := allocated(func() { _, perr = Process(tc.b, o) })
+			got := allocated(func() { _, perr = Process(context.Background(), tc.b, o) })
 			if perr != nil {
 				t.Fatal(perr)
 			}
@@ -248,7 +249,11 @@ func TestResizeAverages(t *testing.T) {
 			src.SetNRGBA(x, y, color.NRGBA{v, 50, 250, 255})
 		}
 	}
-	out := resize(src, 50).(*image.RGBA)
+	img, err := resize(context.Background(), src, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := img.(*image.RGBA)
 	if b := out.Bounds(); b.Dx() != 50 || b.Dy() != 16 {
 		t.Fatalf("size %v", b)
 	}

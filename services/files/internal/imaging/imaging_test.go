@@ -2,6 +2,7 @@ package imaging
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -131,7 +132,7 @@ func TestOrientationApplied(t *testing.T) {
 		{"png2", withPNGExif(encodePNG(t, src), exifTIFF(true, 2)), 40, 20, image.Pt(35, 10), image.Pt(5, 10)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := Process(tc.data, opts)
+			r, err := Process(context.Background(), tc.data, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +185,7 @@ func TestOutputFormat(t *testing.T) {
 		{"webpAlphaToPNG", "image/png", webpAlpha},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := Process(tc.data, opts)
+			r, err := Process(context.Background(), tc.data, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +203,7 @@ func TestOutputFormat(t *testing.T) {
 }
 
 func TestResizeLongestSide(t *testing.T) {
-	r, err := Process(encodeJPEG(t, twoTone(3000, 1000)), Options{MaxPixels: 1 << 30, MaxSide: 600, JPEGQuality: 80})
+	r, err := Process(context.Background(), encodeJPEG(t, twoTone(3000, 1000)), Options{MaxPixels: 1 << 30, MaxSide: 600, JPEGQuality: 80})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestResizeLongestSide(t *testing.T) {
 	if !isRed(img.At(100, 100)) || !isBlue(img.At(500, 100)) {
 		t.Fatal("resized content wrong")
 	}
-	small, err := Process(encodeJPEG(t, twoTone(30, 10)), Options{MaxPixels: 1 << 30, MaxSide: 600, JPEGQuality: 80})
+	small, err := Process(context.Background(), encodeJPEG(t, twoTone(30, 10)), Options{MaxPixels: 1 << 30, MaxSide: 600, JPEGQuality: 80})
 	if err != nil || small.Width != 30 || small.Height != 10 {
 		t.Fatalf("small images must not be enlarged: %dx%d %v", small.Width, small.Height, err)
 	}
@@ -231,16 +232,16 @@ func bombPNG(w, h uint32) []byte {
 }
 
 func TestRefusals(t *testing.T) {
-	if _, err := Process(bombPNG(100000, 100000), opts); !errors.Is(err, ErrTooManyPixels) {
+	if _, err := Process(context.Background(), bombPNG(100000, 100000), opts); !errors.Is(err, ErrTooManyPixels) {
 		t.Fatalf("bomb: %v, want ErrTooManyPixels", err)
 	}
-	if _, err := Process([]byte("hello, I am text"), opts); !errors.Is(err, ErrNotImage) {
+	if _, err := Process(context.Background(), []byte("hello, I am text"), opts); !errors.Is(err, ErrNotImage) {
 		t.Fatalf("text: %v, want ErrNotImage", err)
 	}
-	if _, err := Process([]byte("\x89PNG\r\n\x1a\ngarbage"), opts); !errors.Is(err, ErrCorrupt) {
+	if _, err := Process(context.Background(), []byte("\x89PNG\r\n\x1a\ngarbage"), opts); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("corrupt: %v, want ErrCorrupt", err)
 	}
-	if _, err := Process(bombPNG(10, 10), opts); !errors.Is(err, ErrCorrupt) {
+	if _, err := Process(context.Background(), bombPNG(10, 10), opts); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("no pixel data: %v, want ErrCorrupt", err)
 	}
 }
@@ -298,16 +299,18 @@ func FuzzImageHeader(f *testing.F) {
 	f.Add([]byte("RIFF\x1a\x00\x00\x00WEBPVP8L\x0d\x00\x00\x00/\x00\x00\x00\x10\x07\x10\x11\x11\x88\x88\xfe\x07\x00"))
 	f.Add(withJPEGExif(encodeJPEG(f, twoTone(4, 4)), exifTIFF(true, 8)))
 	f.Add(craftedPNG(f, 40, 30, 16, 6, 1, true))
-	o := Options{MaxPixels: 64 * 64, MaxSide: 16, JPEGQuality: 80}
+	f.Add(hostileJPEG(16, 20, false))
+	f.Add(hostileJPEG(16, 4, true))
+	o := Options{MaxPixels: 64 * 64, MaxSide: 16, JPEGQuality: 80, MaxScans: 16}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, err := Check(b, o)
 		if err != nil {
-			if !errors.Is(err, ErrNotImage) && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrTooManyPixels) && !errors.Is(err, ErrTooMuchMemory) {
+			if !errors.Is(err, ErrNotImage) && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrTooManyPixels) && !errors.Is(err, ErrTooMuchMemory) && !errors.Is(err, ErrTooComplex) {
 				t.Fatalf("unexpected error kind: %v", err)
 			}
 			return
 		}
-		r, err := Process(b, o)
+		r, err := Process(context.Background(), b, o)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("passed the header check, then: %v", err)

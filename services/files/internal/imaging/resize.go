@@ -1,6 +1,7 @@
 package imaging
 
 import (
+	"context"
 	"image"
 	"image/draw"
 )
@@ -20,7 +21,8 @@ func target(w, h, max int) (nw, nh int, ok bool) {
 	return atLeast1(nw), atLeast1(nh), true
 }
 
-// resize scales img so its longest side is at most max (never up).
+// resize scales img so its longest side is at most max (never up). It
+// stops with context.Cause(ctx) between two bands once ctx is done.
 //
 // It averages the source pixels each output pixel covers (area
 // resampling: no aliasing however large the reduction) and streams the
@@ -28,12 +30,12 @@ func target(w, h, max int) (nw, nh int, ok bool) {
 // allocates is the output, one band and a few rows of accumulators: a
 // kernel scaler's intermediate image (32 bytes per output column and
 // source row) would cost more than the decoded source itself.
-func resize(img image.Image, max int) image.Image {
+func resize(ctx context.Context, img image.Image, max int) (image.Image, error) {
 	b := img.Bounds()
 	w, h := b.Dx(), b.Dy()
 	nw, nh, ok := target(w, h, max)
 	if !ok {
-		return img
+		return img, nil
 	}
 	dst := image.NewRGBA(image.Rect(0, 0, nw, nh))
 	cols := spans(w, nw)
@@ -63,6 +65,9 @@ func resize(img image.Image, max int) image.Image {
 		cur++
 	}
 	for y0 := 0; y0 < h; y0 += bandRows {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		n := min(bandRows, h-y0)
 		draw.Draw(band, image.Rect(0, 0, w, n), img, image.Pt(b.Min.X, b.Min.Y+y0), draw.Src)
 		for r := 0; r < n; r++ {
@@ -103,7 +108,7 @@ func resize(img image.Image, max int) image.Image {
 	for cur < nh {
 		flush()
 	}
-	return dst
+	return dst, nil
 }
 
 // span says which output pixels (i and i+1) a source pixel falls on, and
