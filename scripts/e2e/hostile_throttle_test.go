@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/testkit"
+	"github.com/acme/platform/scripts/stack"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -104,23 +105,8 @@ func TestHostileAPIKeyExpiry(t *testing.T) {
 // bounded by the limit.
 func TestHostileAnonymousCeremonyFlood(t *testing.T) {
 	p, _, _ := platform(t, nil)
-	l, ok := launched.Load(p)
-	if !ok {
-		t.Fatal("platform not registered")
-	}
-	servers := l.(launch).servers
-	ctx := context.Background()
-	mc, err := mongo.Connect(options.Client().ApplyURI(servers.MongoURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Disconnect(ctx)
-	tokens := mc.Database(servers.MongoDB).Collection("account_tokens")
-	testkit.AllowScan(servers.MongoDB, "account_tokens", "{}") // this test's own count
-	before, err := tokens.EstimatedDocumentCount(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	count := storedTokens(t, p)
+	before := count()
 	awayFromWindowEdge(time.Minute)
 
 	c := newClient(t, p.GatewayURL)
@@ -137,11 +123,36 @@ func TestHostileAnonymousCeremonyFlood(t *testing.T) {
 	if statuses[200] > 20 || statuses[200] < 1 || statuses[200]+statuses[429] != 200 {
 		t.Fatalf("200 anonymous begins: %v, want at most 20 answered 200 and the rest 429", statuses)
 	}
-	after, err := tokens.EstimatedDocumentCount(ctx)
+	after := count()
+	if after-before > 20 {
+		t.Fatalf("account_tokens grew by %d for 200 anonymous begins, want at most 20", after-before)
+	}
+}
+
+// storedTokens returns a function that counts the one-time tokens and
+// ceremonies platform p keeps (account_tokens), for a test's own before and
+// after.
+func storedTokens(t *testing.T, p *stack.Platform) func() int64 {
+	t.Helper()
+	l, ok := launched.Load(p)
+	if !ok {
+		t.Fatal("platform not registered")
+	}
+	servers := l.(launch).servers
+	ctx := context.Background()
+	mc, err := mongo.Connect(options.Client().ApplyURI(servers.MongoURL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after-before > 20 {
-		t.Fatalf("account_tokens grew by %d for 200 anonymous begins, want at most 20", after-before)
+	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
+	tokens := mc.Database(servers.MongoDB).Collection("account_tokens")
+	testkit.AllowScan(servers.MongoDB, "account_tokens", "{}") // this test's own count
+	return func() int64 {
+		t.Helper()
+		n, err := tokens.EstimatedDocumentCount(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 }

@@ -109,17 +109,7 @@ func (s *Service) sendEmailChange(ctx context.Context, u User, newEmail string, 
 // account's address changed since; ErrEmailTaken if the change was to
 // take effect but another account has the address.
 func (s *Service) ConfirmEmailChange(ctx context.Context, secret string, c Client) (u User, done bool, err error) {
-	if s.mail == nil {
-		return User{}, false, ErrMailDisabled
-	}
-	tok, err := s.takeToken(ctx, secret, PurposeEmailChangeCurrent)
-	if err != nil {
-		return User{}, false, err
-	}
-	cur, err := s.users.ByID(ctx, tok.UserID)
-	if errors.Is(err, ErrUserNotFound) {
-		return User{}, false, ErrInvalidToken
-	}
+	tok, cur, err := s.takeLink(ctx, secret, PurposeEmailChangeCurrent)
 	if err != nil {
 		return User{}, false, err
 	}

@@ -242,6 +242,24 @@ func (s *Service) takeToken(ctx context.Context, secret, purpose string) (Token,
 	return s.mail.tokens.Take(ctx, HashSecret(secret), purpose, s.now())
 }
 
+// takeLink spends a mailed link of purpose and returns it with the user it
+// was sent to: ErrMailDisabled without mail, ErrInvalidToken for an
+// unknown, used or expired link or a user who is gone.
+func (s *Service) takeLink(ctx context.Context, secret, purpose string) (Token, User, error) {
+	if s.mail == nil {
+		return Token{}, User{}, ErrMailDisabled
+	}
+	tok, err := s.takeToken(ctx, secret, purpose)
+	if err != nil {
+		return Token{}, User{}, err
+	}
+	u, err := s.users.ByID(ctx, tok.UserID)
+	if errors.Is(err, ErrUserNotFound) {
+		return Token{}, User{}, ErrInvalidToken
+	}
+	return tok, u, err
+}
+
 // ResetPassword sets the password of the user a reset link was sent to,
 // ends every session of the user (revoked on every gateway at once) and
 // spends the token. The link also proves the address: it becomes verified.

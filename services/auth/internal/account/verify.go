@@ -60,17 +60,7 @@ func (s *Service) ResendVerification(ctx context.Context, userID string) error {
 // current address confirmed too. ErrEmailTaken if another account took
 // the address since.
 func (s *Service) VerifyEmail(ctx context.Context, secret string, c Client) (User, bool, error) {
-	if s.mail == nil {
-		return User{}, false, ErrMailDisabled
-	}
-	tok, err := s.takeToken(ctx, secret, PurposeVerify)
-	if err != nil {
-		return User{}, false, err
-	}
-	cur, err := s.users.ByID(ctx, tok.UserID)
-	if errors.Is(err, ErrUserNotFound) {
-		return User{}, false, ErrInvalidToken
-	}
+	tok, cur, err := s.takeLink(ctx, secret, PurposeVerify)
 	if err != nil {
 		return User{}, false, err
 	}
