@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -46,9 +47,15 @@ type MailpitOptions struct {
 	// AuthFile, if set, is an htpasswd-style file ("user:password" lines):
 	// the SMTP server then requires authentication.
 	AuthFile string
+	// SMTPUser and SMTPPassword, if set, are the one SMTP login (instead
+	// of AuthFile): the SMTP server then refuses mail from a client that
+	// has not logged in (530) and a wrong login (535). Over MailpitPlain
+	// the password travels in clear: a loopback listener only.
+	SMTPUser, SMTPPassword string
 	// UIUser and UIPassword, if set, are the one login the web UI and the
 	// HTTP API accept (HTTP basic authentication); without them both are
-	// open to anyone who reaches HTTPAddr. /readyz and /livez stay open.
+	// open to anyone who reaches HTTPAddr. /readyz and /livez stay open,
+	// so readiness is checked on the API with this login (below).
 	UIUser, UIPassword string
 	Log                io.Writer // server output; nil discards
 }
@@ -61,12 +68,34 @@ type Mailpit struct {
 	// UIUser and UIPassword are the API's login (MailpitOptions), empty
 	// when it has none.
 	UIUser, UIPassword string
-	cmd                *exec.Cmd
-	exited             chan struct{}
+	// SMTPUser and SMTPPassword are the SMTP login (MailpitOptions),
+	// empty when it takes none.
+	SMTPUser, SMTPPassword string
+	cmd                    *exec.Cmd
+	exited                 chan struct{}
+}
+
+// ErrAddrTaken is StartMailpit's answer when one of its addresses is in
+// use by another process before it starts.
+var ErrAddrTaken = errors.New("mailpit: address in use")
+
+// AddrFree reports whether nothing listens on addr (host:port) now.
+func AddrFree(addr string) bool {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 // StartMailpit starts a Mailpit that keeps messages in memory and waits
-// until its API answers.
+// until it is ready: with a UI login, until its API refuses a request
+// without the login and answers one with it, which no other Mailpit (or
+// other server) on the same address does; without one, until /readyz
+// answers. An address already in use is refused at once (ErrAddrTaken);
+// if the process exits during start-up, or nothing answers within 30
+// seconds, StartMailpit says so rather than waiting on.
 func StartMailpit(ctx context.Context, o MailpitOptions) (*Mailpit, error) {
 	bin, err := MailpitBinary(ctx, o.Log)
 	if err != nil {
@@ -77,6 +106,8 @@ func StartMailpit(ctx context.Context, o MailpitOptions) (*Mailpit, error) {
 			if *a, err = FreeAddr(); err != nil {
 				return nil, err
 			}
+		} else if !AddrFree(*a) {
+			return nil, fmt.Errorf("%w: %s", ErrAddrTaken, *a)
 		}
 	}
 	host, port, err := splitHostPort(o.SMTPAddr)
@@ -94,18 +125,32 @@ func StartMailpit(ctx context.Context, o MailpitOptions) (*Mailpit, error) {
 	default:
 		return nil, fmt.Errorf("mailpit: unknown TLS mode %q", o.TLS)
 	}
-	if o.AuthFile != "" {
+	if (o.SMTPUser == "") != (o.SMTPPassword == "") {
+		return nil, errors.New("mailpit: SMTPUser and SMTPPassword go together")
+	}
+	switch {
+	case o.AuthFile != "" && o.SMTPUser != "":
+		return nil, errors.New("mailpit: AuthFile or SMTPUser, not both")
+	case o.AuthFile != "":
 		args = append(args, "--smtp-auth-file", o.AuthFile)
-	} else {
+	case o.SMTPUser == "":
 		args = append(args, "--smtp-auth-accept-any")
-		if o.TLS == MailpitPlain {
-			args = append(args, "--smtp-auth-allow-insecure")
-		}
+	}
+	if o.TLS == MailpitPlain {
+		args = append(args, "--smtp-auth-allow-insecure")
 	}
 	cmd := exec.Command(bin, args...)
 	// No database named: Mailpit keeps its messages in a temporary file it
-	// deletes on exit.
-	cmd.Env = append(os.Environ(), "MP_DATABASE=")
+	// deletes on exit. Whatever MP_ settings the environment holds (another
+	// stack's) are not ours.
+	cmd.Env = append(withoutMailpitEnv(os.Environ()), "MP_DATABASE=")
+	if o.SMTPUser != "" {
+		if strings.Contains(o.SMTPUser, ":") || strings.ContainsAny(o.SMTPUser+o.SMTPPassword, " \t\r\n") {
+			return nil, errors.New("mailpit: the SMTP login may hold no blank, and the user no colon")
+		}
+		// "user:password", through the environment, not the command line.
+		cmd.Env = append(cmd.Env, "MP_SMTP_AUTH="+o.SMTPUser+":"+o.SMTPPassword)
+	}
 	if (o.UIUser == "") != (o.UIPassword == "") {
 		return nil, errors.New("mailpit: UIUser and UIPassword go together")
 	}
@@ -125,16 +170,74 @@ func StartMailpit(ctx context.Context, o MailpitOptions) (*Mailpit, error) {
 		return nil, fmt.Errorf("mailpit: %w", err)
 	}
 	m := &Mailpit{SMTPHost: host, SMTPPort: port, API: "http://" + o.HTTPAddr, UIUser: o.UIUser, UIPassword: o.UIPassword,
-		cmd: cmd, exited: make(chan struct{})}
+		SMTPUser: o.SMTPUser, SMTPPassword: o.SMTPPassword, cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(m.exited) }()
-	switch err := waitReady(m.API+"/readyz", m.exited, 30*time.Second, 50*time.Millisecond); {
-	case errors.Is(err, errExited):
-		return nil, errors.New("mailpit exited during start-up (port taken?)")
-	case err != nil:
-		m.Stop()
-		return nil, errors.New("mailpit: not ready after 30s")
+	deadline := time.Now().Add(30 * time.Second)
+	for !m.ready() {
+		select {
+		case <-m.exited:
+			return nil, fmt.Errorf("mailpit exited during start-up (%s; address %s or %s taken?)", cmd.ProcessState, o.HTTPAddr, o.SMTPAddr)
+		case <-ctx.Done():
+			m.Stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			m.Stop()
+			return nil, fmt.Errorf("mailpit: not ready after 30s on %s", m.API)
+		}
+	}
+	// Ready, and still ours: not an answer from elsewhere just before it
+	// exited.
+	select {
+	case <-m.exited:
+		return nil, fmt.Errorf("mailpit exited during start-up (%s)", cmd.ProcessState)
+	default:
 	}
 	return m, nil
+}
+
+// probeClient bounds every readiness request: a server that accepts and
+// never answers does not hold the start-up.
+var probeClient = &http.Client{Timeout: 2 * time.Second}
+
+// ready reports whether this Mailpit answers: with a UI login, its API
+// refuses a request without it (401) and answers one with it (200).
+func (m *Mailpit) ready() bool {
+	status := func(path string, login bool) int {
+		req, err := http.NewRequest(http.MethodGet, m.API+path, nil)
+		if err != nil {
+			return 0
+		}
+		if login {
+			req.SetBasicAuth(m.UIUser, m.UIPassword)
+		}
+		resp, err := probeClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if m.UIUser == "" {
+		return status("/readyz", false) == http.StatusOK
+	}
+	return status("/api/v1/info", false) == http.StatusUnauthorized && status("/api/v1/info", true) == http.StatusOK
+}
+
+// Exited is closed when the Mailpit process has ended.
+func (m *Mailpit) Exited() <-chan struct{} { return m.exited }
+
+// withoutMailpitEnv is env without Mailpit's own settings (MP_...).
+func withoutMailpitEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "MP_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func splitHostPort(addr string) (string, int, error) {

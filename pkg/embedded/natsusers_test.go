@@ -68,7 +68,7 @@ func TestNATSWithUsersEnforcesTheConfig(t *testing.T) {
 		nc.Close()
 	}
 	// auth may: the durable stream stores its deletion.
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("auth", "pw-auth"))
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("auth", "pw-auth"), nats.CustomInboxPrefix("_INBOX_auth"))
 	if err != nil {
 		t.Fatal(err)
 	}

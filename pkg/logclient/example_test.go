@@ -6,13 +6,18 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/nats-io/nats.go"
 )
 
 // A service publishes its own errors as its app (auth as ACME-AUTH) and
-// closes the client on shutdown, before draining the connection.
+// closes the client on shutdown, before draining the connection. It logs in
+// to NATS as its user and replies under that user's inbox prefix,
+// _INBOX_<user>, the only reply subjects deploy/nats.conf lets it read
+// (natsconn.Connect sets it from the URL's login).
 func Example() {
-	nc, err := nats.Connect("nats://127.0.0.1:4222", nats.MaxReconnects(-1))
+	nc, err := nats.Connect("nats://publisher:secret@127.0.0.1:4222", nats.MaxReconnects(-1),
+		nats.CustomInboxPrefix(natsconn.InboxPrefix("publisher")))
 	if err != nil {
 		log.Fatal(err)
 	}

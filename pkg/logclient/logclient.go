@@ -12,6 +12,14 @@
 //
 // The message on the wire is Message, encoded as JSON, on the subject
 // Subject(prefix, app, type): "<prefix>.logs.<APP>.<type>".
+//
+// JetStream acknowledges each publish on the connection's inbox. A NATS
+// login of the platform may subscribe to its own reply subjects only,
+// "_INBOX_<user>.>" (deploy/nats.conf), so a connection that logs in must
+// use that inbox prefix: natsconn.Connect sets it from the URL's login, or
+// pass nats.CustomInboxPrefix(natsconn.InboxPrefix(user)). New refuses a
+// connection that logs in as a user and keeps the shared "_INBOX" prefix:
+// none of its publishes could be acknowledged.
 package logclient
 
 import (
@@ -27,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -161,6 +170,10 @@ func New(nc *nats.Conn, o Options) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("logclient: nil NATS connection")
 	}
+	if user := loginUser(nc); user != "" && nc.Opts.InboxPrefix == "" {
+		return nil, fmt.Errorf("logclient: the connection logs in as %q but replies under the shared _INBOX, where it may not subscribe: "+
+			"connect with nats.CustomInboxPrefix(%q) (natsconn.Connect does)", user, natsconn.InboxPrefix(user))
+	}
 	if o.Prefix == "" {
 		o.Prefix = "acme"
 	}
@@ -209,6 +222,21 @@ func New(nc *nats.Conn, o Options) (*Client, error) {
 	}
 	go c.run()
 	return c, nil
+}
+
+// loginUser is the user nc logs in as: its UserInfo, or the login of its
+// URL; "" when it logs in with neither.
+func loginUser(nc *nats.Conn) string {
+	if nc.Opts.User != "" {
+		return nc.Opts.User
+	}
+	if u := natsconn.URLUser(nc.Opts.Url); u != "" {
+		return u
+	}
+	if len(nc.Opts.Servers) > 0 {
+		return natsconn.URLUser(nc.Opts.Servers[0])
+	}
+	return ""
 }
 
 // RegisterMetrics exposes the client's counters on reg (what

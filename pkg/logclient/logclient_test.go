@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/pkg/testkit/apptest"
 	"github.com/nats-io/nats-server/v2/server"
@@ -377,5 +379,63 @@ func TestLinger(t *testing.T) {
 	}
 	if got := streamMsgs(t, st); got != 4 {
 		t.Fatalf("stream holds %d messages, want 4", got)
+	}
+}
+
+// Under deploy/nats.conf a login subscribes to its own reply subjects only:
+// a publisher connected with natsconn (inbox prefix _INBOX_publisher) has
+// its records acknowledged; New refuses a logged-in connection that kept
+// the shared _INBOX prefix.
+func TestPublisherLoginRepliesUnderItsOwnInbox(t *testing.T) {
+	testkit.SkipShort(t)
+	pw := map[string]string{}
+	for _, u := range []string{"auth", "files", "logs", "gateway", "publisher"} {
+		pw[u] = "pw-" + u
+	}
+	srv, err := embedded.NATSWithUsers(embedded.NATSUsersOptions{Config: filepath.Join("..", "..", "deploy", "nats.conf"),
+		Passwords: pw, Dir: t.TempDir(), Host: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	port := srv.Addr().(*net.TCPAddr).Port
+	login := func(user string) string { return fmt.Sprintf("nats://%s:%s@127.0.0.1:%d", user, pw[user], port) }
+
+	// The logs service's stream, made by its login.
+	logsNC, err := natsconn.Connect(login("logs"), "logs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logsNC.Close()
+	js, _ := jetstream.New(logsNC)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "ACME_LOGS", Subjects: []string{logclient.StreamSubjects("acme")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	shared, err := nats.Connect(srv.ClientURL(), nats.UserInfo("publisher", pw["publisher"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Close()
+	if _, err := logclient.New(shared, logclient.Options{Prefix: "acme"}); err == nil || !strings.Contains(err.Error(), "_INBOX_publisher") {
+		t.Fatalf("New on a publisher login with the shared _INBOX: %v, want an error naming _INBOX_publisher", err)
+	}
+
+	nc, err := natsconn.Connect(login("publisher"), "publisher", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := logclient.New(nc, logclient.Options{Prefix: "acme", AckTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Log("SERVER-APP-A", logclient.TypeLog, "acknowledged", "") {
+		t.Fatal("record refused")
+	}
+	if err := c.Close(ctx); err != nil || c.Stats().Published != 1 {
+		t.Fatalf("close: %v, stats %+v", err, c.Stats())
 	}
 }

@@ -28,10 +28,20 @@
 // buffered is lost, as with any write error: publishers that need
 // delivery wait for JetStream's acknowledgement), and pings every
 // PingInterval find a silent peer within MaxPingsOut of them.
+//
+// Replies come back on subjects of the login's own: a connection that logs
+// in as user subscribes to its replies (request replies, JetStream's
+// acknowledgements and API answers, the messages a pull consumer delivers)
+// under InboxPrefix(user), "_INBOX_<user>", never the shared "_INBOX".
+// deploy/nats.conf lets each user subscribe to its own prefix only, so no
+// login reads another's replies, such as the log records (auth's audit
+// events among them) that JetStream delivers to the logs service.
 package natsconn
 
 import (
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,10 +61,48 @@ const (
 	FlusherTimeout = 10 * time.Second
 )
 
+// InboxPrefix is the prefix of the reply subjects of a connection logged in
+// as user: "_INBOX_<user>" (the server's permissions let user subscribe to
+// "_INBOX_<user>.>" only), or nats.go's shared "_INBOX" for a connection
+// without a login.
+func InboxPrefix(user string) string {
+	if user == "" {
+		return strings.TrimSuffix(nats.InboxPrefix, ".")
+	}
+	return "_INBOX_" + user
+}
+
+// URLUser is the login user of the first server of urls (a comma-separated
+// list, as nats.Connect takes it), "" when it names none.
+func URLUser(urls string) string {
+	first, _, _ := strings.Cut(urls, ",")
+	first = strings.TrimSpace(first)
+	if !strings.Contains(first, "://") {
+		first = "nats://" + first
+	}
+	u, err := url.Parse(first)
+	if err != nil || u.User == nil {
+		return ""
+	}
+	return u.User.Username()
+}
+
+// Inbox is the option that makes a connection to urls reply under the
+// InboxPrefix of the user its URL logs in as (nothing changes for a URL
+// without a login). A client that logs in with nats.UserInfo instead
+// passes nats.CustomInboxPrefix(InboxPrefix(user)) itself.
+func Inbox(urls string) nats.Option {
+	user := URLUser(urls)
+	if user == "" {
+		return func(*nats.Options) error { return nil }
+	}
+	return nats.CustomInboxPrefix(InboxPrefix(user))
+}
+
 // Connect connects to url as name. log (nil: none) gets disconnections and
 // reconnections. extra options are applied after the shared ones and may
 // override them (nats.RetryOnFailedConnect(true) for a service that starts
-// without NATS).
+// without NATS). Replies use the inbox prefix of url's login (Inbox).
 func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(name),
@@ -66,6 +114,7 @@ func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Co
 		nats.MaxPingsOutstanding(MaxPingsOut),
 		nats.FlusherTimeout(FlusherTimeout),
 		nats.ReconnectOnFlusherError(),
+		Inbox(url),
 	}
 	if log != nil {
 		opts = append(opts,

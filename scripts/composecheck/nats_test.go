@@ -14,6 +14,7 @@ import (
 	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/healthcheck"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/pkg/userevents"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -67,6 +68,7 @@ func connectAs(t *testing.T, url, user, password string) *natsClient {
 	t.Helper()
 	c := &natsClient{user: user, seen: make(chan struct{}, 1)}
 	nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.Name("composecheck-"+user),
+		nats.CustomInboxPrefix(natsconn.InboxPrefix(user)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			c.mu.Lock()
 			c.errs = append(c.errs, err)
@@ -331,6 +333,27 @@ func TestNATSPermissions(t *testing.T) {
 		c["files"].clean(t, "consuming user deletions")
 		for _, user := range []string{"gateway", "publisher", "logs"} {
 			c[user].refusePublish(t, prefix+".users.deleted") // only auth deletes users
+		}
+	})
+
+	// Replies: every user reads its own reply subjects only, so none reads
+	// the JetStream deliveries to the logs service (the log records, auth's
+	// audit events among them) or another's acknowledgements.
+	t.Run("ownInboxOnly", func(t *testing.T) {
+		for user := range natsUsers {
+			cl := c[user]
+			cl.refuseSubscribe(t, "_INBOX.>")
+			cl.refuseSubscribe(t, "_INBOX.*")
+			cl.refuseSubscribe(t, ">")
+			for other := range natsUsers {
+				if other != user {
+					cl.refuseSubscribe(t, natsconn.InboxPrefix(other)+".>")
+				}
+			}
+			if _, err := cl.nc.SubscribeSync(natsconn.InboxPrefix(user) + ".x"); err != nil {
+				t.Fatal(err)
+			}
+			cl.clean(t, "subscribing to its own inbox")
 		}
 	})
 

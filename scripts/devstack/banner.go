@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,12 +41,14 @@ func banner(p *stack.Platform, srv *devenv.Servers, dataDir, kept string) string
  Mail (password reset, address verification) is caught by Mailpit, not sent:
    curl -s -u %[15]s:%[16]s '%[13]s/api/v1/messages'        # what was caught (newest first)
    curl -s -u %[15]s:%[16]s '%[13]s/api/v1/message/<ID>'    # one message, text and HTML parts
+   Mailpit SMTP %[18]s  user %[19]s (mailpitSmtpPassword); mail without the login is refused
  A service process that dies is started again (1 s, doubling to 30 s).
  This banner is kept in %[17]s: `+"`make info`"+` prints it again.
 ================================================================
 `, p.GatewayURL, sec.AdminEmail, sec.AdminPassword, srv.SecretsFile, dataDir, srv.MongoURL, srv.NATSURL, srv.MinIO.Endpoint,
 		p.MetricsURLs["gateway"], p.MetricsURLs["auth"], p.MetricsURLs["files"], p.MetricsURLs["logs"], srv.Mailpit.API,
-		sec.MongoUser, sec.MailpitUser, sec.MailpitPassword, kept)
+		sec.MongoUser, sec.MailpitUser, sec.MailpitPassword, kept,
+		net.JoinHostPort(srv.Mailpit.SMTPHost, strconv.Itoa(srv.Mailpit.SMTPPort)), srv.Mailpit.SMTPUser)
 }
 
 // keepBanner writes text to path, readable by this user only, replacing

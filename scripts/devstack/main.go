@@ -47,6 +47,18 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	defer srv.Stop()
+	// Mailpit ending on its own (killed, crashed) would lose every mail
+	// from then on, silently: make run says so at once and stops.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-srv.Mailpit.Exited():
+			fmt.Fprintf(out, "\nMailpit (%s) exited: mail can no longer be caught; make run stops\n", srv.Mailpit.API)
+			cancel(errMailpitExited)
+		case <-ctx.Done():
+		}
+	}()
 
 	fmt.Fprintln(out, "building the services...")
 	bins, err := stack.Build(ctx, "bin", false)
@@ -62,7 +74,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		fmt.Fprintln(out, "warning:", err)
 	}
 	if ctx.Err() != nil {
-		return nil // stopped during start-up: no banner
+		return stopCause(ctx) // stopped during start-up: no banner
 	}
 	dataDir := getenv("DATA_DIR")
 	if dataDir == "" {
@@ -89,6 +101,18 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	supervised()
 	if err := markStopped(kept, time.Now()); err != nil {
 		fmt.Fprintln(out, "warning:", err)
+	}
+	return stopCause(ctx)
+}
+
+// errMailpitExited stops make run when Mailpit ends on its own.
+var errMailpitExited = errors.New("mailpit exited")
+
+// stopCause is nil when make run was asked to stop (Ctrl-C, SIGTERM), or
+// what stopped it otherwise.
+func stopCause(ctx context.Context) error {
+	if err := context.Cause(ctx); errors.Is(err, errMailpitExited) {
+		return err
 	}
 	return nil
 }

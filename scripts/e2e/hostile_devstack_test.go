@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/pkg/userevents"
 	"github.com/acme/platform/scripts/devstack/devenv"
@@ -180,7 +181,7 @@ func TestHostileDevServersNeedCredentials(t *testing.T) {
 	t.Run("forged deletion erases nothing", func(t *testing.T) {
 		// files, the user with the most rights but auth's, forges the
 		// victim's deletion, as core NATS and through JetStream.
-		nc, err := nats.Connect(srv.NATSURL, nats.UserInfo("files", sec.NATSPasswords["files"]))
+		nc, err := nats.Connect(srv.NATSURL, nats.UserInfo("files", sec.NATSPasswords["files"]), nats.CustomInboxPrefix(natsconn.InboxPrefix("files")))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,12 @@
 //     (embedded.FerretDBAuth), whose login every service gets as
 //     MONGO_USER and MONGO_PASSWORD.
 //   - MinIO: generated root keys, the files service's S3 keys.
-//   - Mailpit: its web UI and API behind basic authentication.
+//   - Mailpit: its web UI and API behind basic authentication, and its
+//     SMTP server behind a login (auth's AUTH_SMTP_USER and
+//     AUTH_SMTP_PASSWORD): anonymous mail is refused (530). Its API
+//     listens on MailpitAddr (127.0.0.1:8025) or, when something else
+//     holds that address (another stack's Mailpit), on a free port, which
+//     the output and the banner name; its SMTP port is always a free one.
 //   - auth's AUTH_MFA_KEY, which seals the TOTP secrets stored.
 package devenv
 
@@ -49,7 +54,9 @@ var NATSUsers = []string{"auth", "files", "logs", "gateway", "publisher"}
 type Config struct {
 	DataDir     string // default "data"
 	GatewayAddr string // default 127.0.0.1:8080; a :0 port picks one
-	MailpitAddr string // Mailpit's UI and API, default 127.0.0.1:8025; a :0 port picks one
+	// MailpitAddr is where Mailpit's UI and API should listen, default
+	// 127.0.0.1:8025; a :0 port picks one, and so does a taken address.
+	MailpitAddr string
 	// Getenv reads ADMIN_EMAIL, ADMIN_PASSWORD (first start only),
 	// MONGO_SYNCHRONOUS, and LOG_LEVEL, GATEWAY_PPROF, GODEBUG (handed to
 	// every service). nil reads nothing.
@@ -72,6 +79,9 @@ type Secrets struct {
 	// Mailpit's web UI and API login.
 	MailpitUser     string `json:"mailpitUser"`
 	MailpitPassword string `json:"mailpitPassword"`
+	// Mailpit's SMTP login, auth's AUTH_SMTP_USER and AUTH_SMTP_PASSWORD.
+	MailpitSMTPUser     string `json:"mailpitSmtpUser"`
+	MailpitSMTPPassword string `json:"mailpitSmtpPassword"`
 	// MFAKey is auth's AUTH_MFA_KEY.
 	MFAKey string `json:"mfaKey"`
 }
@@ -177,12 +187,24 @@ func Start(ctx context.Context, cfg Config) (_ *Servers, err error) {
 	mailpitAddr := cfg.MailpitAddr
 	if _, port, err := net.SplitHostPort(mailpitAddr); err == nil && port == "0" {
 		mailpitAddr = "" // a free port
+	} else if !embedded.AddrFree(mailpitAddr) {
+		fmt.Fprintf(cfg.Out, "%s is taken (another stack's Mailpit?): this Mailpit takes a free port, named in the banner\n", mailpitAddr)
+		mailpitAddr = ""
 	}
-	s.Mailpit, err = embedded.StartMailpit(ctx, embedded.MailpitOptions{HTTPAddr: mailpitAddr, Log: cfg.Out,
-		UIUser: s.Secrets.MailpitUser, UIPassword: s.Secrets.MailpitPassword})
+	o := embedded.MailpitOptions{HTTPAddr: mailpitAddr, Log: cfg.Out,
+		UIUser: s.Secrets.MailpitUser, UIPassword: s.Secrets.MailpitPassword,
+		SMTPUser: s.Secrets.MailpitSMTPUser, SMTPPassword: s.Secrets.MailpitSMTPPassword}
+	s.Mailpit, err = embedded.StartMailpit(ctx, o)
+	if errors.Is(err, embedded.ErrAddrTaken) && mailpitAddr != "" {
+		// Taken between the look and the start: once more, on free ports.
+		fmt.Fprintf(cfg.Out, "%v: this Mailpit takes a free port, named in the banner\n", err)
+		o.HTTPAddr = ""
+		s.Mailpit, err = embedded.StartMailpit(ctx, o)
+	}
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(cfg.Out, "Mailpit: API %s, SMTP %s:%d (with a login)\n", s.Mailpit.API, s.Mailpit.SMTPHost, s.Mailpit.SMTPPort)
 	return s, nil
 }
 
@@ -212,7 +234,8 @@ func (s *Servers) Launch(bins map[string]string) (*stack.Platform, error) {
 		}
 	}
 	return stack.Launch(stack.Options{Bins: bins, GatewayAddr: s.cfg.GatewayAddr, Env: env, Out: s.cfg.Out,
-		ServiceEnv: map[string]map[string]string{"auth": {"AUTH_MFA_KEY": s.Secrets.MFAKey}}},
+		ServiceEnv: map[string]map[string]string{"auth": {"AUTH_MFA_KEY": s.Secrets.MFAKey,
+			"AUTH_SMTP_USER": s.Mailpit.SMTPUser, "AUTH_SMTP_PASSWORD": s.Mailpit.SMTPPassword}}},
 		s.StackServers(), s.Secrets.Secrets)
 }
 
@@ -275,6 +298,8 @@ func LoadSecrets(path string, getenv func(string) string) (Secrets, error) {
 	}
 	fill(&p.MailpitUser, func() string { return "acme" })
 	fill(&p.MailpitPassword, func() string { return stack.Secret(18) })
+	fill(&p.MailpitSMTPUser, func() string { return "acme-auth" })
+	fill(&p.MailpitSMTPPassword, func() string { return stack.Secret(18) })
 	fill(&p.MFAKey, func() string { return stack.Secret(32) })
 	if err == nil && !added {
 		return p, nil

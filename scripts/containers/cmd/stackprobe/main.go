@@ -13,7 +13,8 @@
 //	stackprobe nats-perms
 //	    log in as every user of deploy/nats.conf with the real passwords
 //	    (NATS_ADDR, NATS_<USER>_PASSWORD) and check that each may publish
-//	    what its service publishes and is refused the rest; a wrong
+//	    what its service publishes and is refused the rest, and may
+//	    subscribe to its own replies only (_INBOX_<user>.>); a wrong
 //	    password is refused
 //	stackprobe dial HOST:PORT...
 //	    try a TCP connection to each; prints "HOST:PORT open|closed"
@@ -43,6 +44,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/nats-io/nats.go"
@@ -91,7 +93,7 @@ func publish(args []string) error {
 		return err
 	}
 	body := strings.Join(fs.Args(), " ")
-	nc, err := nats.Connect(os.Getenv("NATS_URL"), nats.Name("stackprobe"), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(os.Getenv("NATS_URL"), nats.Name("stackprobe"), nats.MaxReconnects(-1), natsconn.Inbox(os.Getenv("NATS_URL")))
 	if err != nil {
 		return err
 	}
@@ -126,7 +128,7 @@ func publish(args []string) error {
 
 // streamState prints the log stream's and its consumer's cluster state.
 func streamState() error {
-	nc, err := nats.Connect(os.Getenv("NATS_URL"), nats.Name("stackprobe"), nats.Timeout(3*time.Second))
+	nc, err := nats.Connect(os.Getenv("NATS_URL"), nats.Name("stackprobe"), nats.Timeout(3*time.Second), natsconn.Inbox(os.Getenv("NATS_URL")))
 	if err != nil {
 		return err
 	}
@@ -225,6 +227,21 @@ func natsPerms() error {
 				fmt.Printf("%-9s publish %-38s refused\n", r.user, subj)
 			}
 		}
+		// Replies: its own inbox prefix, nobody else's, not the shared one.
+		other := "_INBOX_logs.>"
+		if r.user == "logs" {
+			other = "_INBOX_auth.>"
+		}
+		for _, subj := range []string{"_INBOX.>", other} {
+			if !c.refusedSub(subj) {
+				failed = append(failed, fmt.Sprintf("%s: subscription to %s allowed, must be refused", r.user, subj))
+			} else {
+				fmt.Printf("%-9s subscribe %-36s refused\n", r.user, subj)
+			}
+		}
+		if c.refusedSub(natsconn.InboxPrefix(r.user) + ".>") {
+			failed = append(failed, fmt.Sprintf("%s: subscription to its own inbox refused", r.user))
+		}
 		c.nc.Close()
 	}
 	if len(failed) > 0 {
@@ -241,7 +258,7 @@ type natsClient struct {
 
 func connect(addr, user, pw string) (*natsClient, error) {
 	c := &natsClient{}
-	nc, err := nats.Connect(addr, nats.UserInfo(user, pw), nats.NoReconnect(),
+	nc, err := nats.Connect(addr, nats.UserInfo(user, pw), nats.NoReconnect(), nats.CustomInboxPrefix(natsconn.InboxPrefix(user)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			c.mu.Lock()
 			c.errs = append(c.errs, err)
@@ -257,6 +274,12 @@ func connect(addr, user, pw string) (*natsClient, error) {
 // give it the time to.
 func (c *natsClient) refused(subject string) bool {
 	_ = c.nc.Publish(subject, []byte("{}"))
+	return c.violation(subject)
+}
+
+// violation waits for the server's permissions violation naming subject,
+// two seconds at most, and reports whether it came.
+func (c *natsClient) violation(subject string) bool {
 	_ = c.nc.Flush()
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
@@ -272,6 +295,17 @@ func (c *natsClient) refused(subject string) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return false
+}
+
+// refusedSub subscribes to subject and reports whether the server answered
+// with a permissions violation naming it.
+func (c *natsClient) refusedSub(subject string) bool {
+	sub, err := c.nc.SubscribeSync(subject)
+	if err != nil {
+		return false
+	}
+	defer sub.Unsubscribe()
+	return c.violation(subject)
 }
 
 func dial(addrs []string) error {

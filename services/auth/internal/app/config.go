@@ -60,7 +60,7 @@ var Settings = config.Table{
 	{Key: "SMTP_HOST", DefaultDoc: "empty (mail off)", Doc: "SMTP server for reset and verification mail"},
 	{Key: "SMTP_PORT", Kind: config.Int, Default: "587", Doc: "its port"},
 	{Key: "SMTP_TLS", Default: mailer.StartTLS, Doc: "`starttls`, `tls` (from the first byte) or `none` (a local mail catcher only)"},
-	{Key: "SMTP_USER", Doc: "SMTP AUTH user"},
+	{Key: "SMTP_USER", Doc: "SMTP AUTH user; with `SMTP_TLS=none` the login is sent (PLAIN) to a loopback host only (a local mail catcher such as `make run`'s Mailpit)"},
 	{Key: "SMTP_PASSWORD", File: true, Secret: true, Doc: "SMTP AUTH password"},
 	{Key: "SMTP_FROM", Default: "ACME Platform <no-reply@acme.local>", Doc: "sender of every mail"},
 	{Key: "SMTP_TIMEOUT", Kind: config.Duration, Default: "30s", Doc: "one delivery"},

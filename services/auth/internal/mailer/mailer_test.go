@@ -52,6 +52,8 @@ func TestSendModes(t *testing.T) {
 		name, mode, mpTLS, user, password string
 	}{
 		{"plain", mailer.NoTLS, embedded.MailpitPlain, "", ""},
+		// make run's Mailpit: SMTP in clear on loopback, with a login.
+		{"plainWithLoginOnLoopback", mailer.NoTLS, embedded.MailpitPlain, "mailer", "smtp-secret-1"},
 		{"starttls", mailer.StartTLS, embedded.MailpitStartTLS, "mailer", "smtp-secret-1"},
 		{"implicit", mailer.Implicit, embedded.MailpitTLS, "mailer", "smtp-secret-1"},
 	} {
@@ -98,6 +100,19 @@ func TestSendWrongPassword(t *testing.T) {
 	}
 	if err := m.Send(context.Background(), mailer.Verify, "ada@example.com", data); err == nil {
 		t.Fatal("sent with a wrong password")
+	}
+	// In clear on loopback (make run's Mailpit): a wrong login, and none,
+	// are refused too.
+	loop := startMailpit(t, embedded.MailpitOptions{SMTPUser: "mailer", SMTPPassword: "smtp-secret-1"})
+	for _, login := range [][2]string{{"mailer", "wrong"}, {"", ""}} {
+		m, err := mailer.New(mailer.Config{Host: loop.SMTPHost, Port: loop.SMTPPort, TLS: mailer.NoTLS, User: login[0], Password: login[1],
+			From: "no-reply@acme.test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Send(context.Background(), mailer.Verify, "ada@example.com", data); err == nil {
+			t.Fatalf("sent in clear with the login %q/%q", login[0], login[1])
+		}
 	}
 	// STARTTLS required by the client, but the server offers none: refused
 	// rather than sent in clear.

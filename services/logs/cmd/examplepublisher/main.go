@@ -4,7 +4,10 @@
 //	go run ./cmd/examplepublisher -app SERVER-APP-A -type error -n 3 "disk almost full"
 //
 // NATS_URL, NATS_USER, NATS_PASSWORD(_FILE) and NATS_SUBJECT_PREFIX are
-// read like the services read them (pkg/config's NATS settings).
+// read like the services read them (pkg/config's NATS settings), and it
+// connects the way they do (pkg/natsconn): replies, JetStream's
+// acknowledgements, come on the login's own inbox prefix, _INBOX_<user>
+// (_INBOX_publisher for the publisher login of deploy/nats.conf).
 package main
 
 import (
@@ -17,7 +20,7 @@ import (
 
 	"github.com/acme/platform/pkg/config"
 	"github.com/acme/platform/pkg/logclient"
-	"github.com/nats-io/nats.go"
+	"github.com/acme/platform/pkg/natsconn"
 )
 
 func main() {
@@ -43,7 +46,7 @@ func run() error {
 		return err
 	}
 
-	nc, err := nats.Connect(url, nats.Name("examplepublisher"), nats.MaxReconnects(-1))
+	nc, err := natsconn.Connect(url, "examplepublisher", nil)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/services/logs/internal/app"
 	"github.com/acme/platform/services/logs/internal/logs"
 	"github.com/acme/platform/services/logs/internal/natsingest"
@@ -56,7 +57,7 @@ func connect(t *testing.T, url, user, password string) (*nats.Conn, func() []err
 	t.Helper()
 	var mu sync.Mutex
 	var errs []error
-	nc, err := nats.Connect(url, nats.UserInfo(user, password),
+	nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.CustomInboxPrefix(natsconn.InboxPrefix(user)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			mu.Lock()
 			errs = append(errs, err)
