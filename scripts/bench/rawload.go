@@ -38,8 +38,9 @@ type rawConn struct {
 	r *bufio.Reader
 }
 
-// newRawHitter prepares method url with body (JSON when not nil) and the
-// headers hdr, for workers concurrent workers.
+// newRawHitter prepares method url with body (JSON when not nil, unless hdr
+// names another Content-Type: a multipart form, say) and the headers hdr,
+// for workers concurrent workers.
 func newRawHitter(method, rawURL string, body []byte, hdr map[string]string, want, workers int) (*rawHitter, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -50,12 +51,17 @@ func newRawHitter(method, rawURL string, body []byte, hdr map[string]string, wan
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: acme-bench\r\n", method, u.RequestURI(), u.Host)
-	if body != nil {
-		fmt.Fprintf(&b, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(body))
-	}
+	typed := false
 	keys := make([]string, 0, len(hdr))
 	for k := range hdr {
 		keys = append(keys, k)
+		typed = typed || http.CanonicalHeaderKey(k) == "Content-Type"
+	}
+	if body != nil {
+		if !typed {
+			b.WriteString("Content-Type: application/json\r\n")
+		}
+		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(body))
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
