@@ -137,7 +137,18 @@ func (s *side) median() stats {
 }
 
 func (s *side) String() string {
-	return fmt.Sprintf("%s; rounds %s/s", s.median(), s.rates())
+	str := fmt.Sprintf("%s; rounds %s/s", s.median(), s.rates())
+	errs, first := 0, error(nil)
+	for _, r := range s.rounds {
+		errs += r.errs
+		if first == nil {
+			first = r.err
+		}
+	}
+	if errs > 0 {
+		str += fmt.Sprintf("; %d errors in all rounds, the first: %.200s", errs, first)
+	}
+	return str
 }
 
 // rates lists the rounds' requests/s.
