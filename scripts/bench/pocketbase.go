@@ -305,19 +305,19 @@ func benchPocketBase(e *env) error {
 			c()
 		}
 	}()
-	raw := func(method, url string, body []byte, hdr map[string]string, n int) (func(int) error, error) {
-		h, err := newRawHitter(method, url, body, hdr, 200, n)
+	raw := func(method, url string, body []byte, hdr map[string]string, want, n int) (func(int) error, error) {
+		h, err := newRawHitter(method, url, body, hdr, want, n)
 		if err != nil {
 			return nil, err
 		}
 		closers = append(closers, h.close)
 		return h.hit, nil
 	}
-	pbFetchHit, err := raw("GET", pbFetchURL, nil, pbHdr, workers)
+	pbFetchHit, err := raw("GET", pbFetchURL, nil, pbHdr, 200, workers)
 	if err != nil {
 		return err
 	}
-	meHit, err := raw("GET", gw+"/me", nil, meHdr, workers)
+	meHit, err := raw("GET", gw+"/me", nil, meHdr, 200, workers)
 	if err != nil {
 		return err
 	}
@@ -340,11 +340,11 @@ func benchPocketBase(e *env) error {
 	e.report("pocketbase", "CPU/request platform ÷ PocketBase (GET /me vs fetch)", fmt.Sprintf("%.2f %s", r, mark(r <= 0.5)), "<= 0.5")
 	e.report("pocketbase", "bench process CPU/request (load generator, NATS)", fmt.Sprintf("%.0f µs (PocketBase fetch) vs %.0f µs (GET /me), not counted", pbFetch.selfPerRequest(), me.selfPerRequest()), "")
 
-	pbSigninHit, err := raw("POST", pb.URL+"/api/collections/users/auth-with-password", pbCreds, nil, signinWorkers)
+	pbSigninHit, err := raw("POST", pb.URL+"/api/collections/users/auth-with-password", pbCreds, nil, 200, signinWorkers)
 	if err != nil {
 		return err
 	}
-	signinHit, err := raw("POST", gw+"/signin", creds, nil, signinWorkers)
+	signinHit, err := raw("POST", gw+"/signin", creds, nil, 200, signinWorkers)
 	if err != nil {
 		return err
 	}

@@ -153,7 +153,7 @@ func fetchOnce(e *env, c *http.Client, url string, hdr map[string]string, size i
 // every process. raw makes a load function of the raw client; meHdr is the
 // platform's session.
 func benchPocketBaseFiles(e *env, bin string, c *http.Client, pb *pbInstance, meHdr map[string]string,
-	raw func(method, url string, body []byte, hdr map[string]string, n int) (func(int) error, error)) error {
+	raw func(method, url string, body []byte, hdr map[string]string, want, n int) (func(int) error, error)) error {
 	const rounds, workers, size = 3, 8, 4 << 10
 	suEmail, suPass := "root@bench.local", "pb"+stack.Secret(12)
 
@@ -212,7 +212,7 @@ func benchPocketBaseFiles(e *env, bin string, c *http.Client, pb *pbInstance, me
 			return nil, err
 		}
 		hdr["Content-Type"] = formCT
-		return raw("POST", in.URL+"/api/collections/"+pbDocs+"/records", form, hdr, workers)
+		return raw("POST", in.URL+"/api/collections/"+pbDocs+"/records", form, hdr, 200, workers)
 	}
 	pbLocalUp, err := pbUp(pb)
 	if err != nil {
@@ -232,7 +232,7 @@ func benchPocketBaseFiles(e *env, bin string, c *http.Client, pb *pbInstance, me
 	for k, v := range meHdr {
 		upHdr[k] = v
 	}
-	platUp, err := raw("POST", e.p.GatewayURL+"/upload/file", form, upHdr, workers)
+	platUp, err := raw("POST", e.p.GatewayURL+"/upload/file", form, upHdr, 201, workers)
 	if err != nil {
 		return err
 	}
@@ -316,15 +316,15 @@ func benchPocketBaseFiles(e *env, bin string, c *http.Client, pb *pbInstance, me
 	if err != nil {
 		return err
 	}
-	pbGet, err := raw("GET", pbURL, nil, map[string]string{"Accept-Encoding": "gzip"}, workers)
+	pbGet, err := raw("GET", pbURL, nil, map[string]string{"Accept-Encoding": "gzip"}, 200, workers)
 	if err != nil {
 		return err
 	}
-	plainGet, err := raw("GET", getURL, nil, meHdr, workers)
+	plainGet, err := raw("GET", getURL, nil, meHdr, 200, workers)
 	if err != nil {
 		return err
 	}
-	gzGet, err := raw("GET", getURL, nil, gzHdr, workers)
+	gzGet, err := raw("GET", getURL, nil, gzHdr, 200, workers)
 	if err != nil {
 		return err
 	}
