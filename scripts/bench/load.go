@@ -15,6 +15,7 @@ import (
 // stats of one load phase.
 type stats struct {
 	n, errs int
+	err     error // the first error, when errs > 0
 	dur     time.Duration
 	lat     []time.Duration
 }
@@ -30,7 +31,11 @@ func (s stats) pct(p float64) time.Duration {
 }
 
 func (s stats) String() string {
-	return fmt.Sprintf("%.0f/s (p50 %s, p99 %s, %d errors)", s.rps(), s.pct(0.50).Round(10*time.Microsecond), s.pct(0.99).Round(10*time.Microsecond), s.errs)
+	first := ""
+	if s.err != nil {
+		first = fmt.Sprintf(", the first: %.200s", s.err)
+	}
+	return fmt.Sprintf("%.0f/s (p50 %s, p99 %s, %d errors%s)", s.rps(), s.pct(0.50).Round(10*time.Microsecond), s.pct(0.99).Round(10*time.Microsecond), s.errs, first)
 }
 
 // load runs fn from workers goroutines for d.
@@ -56,11 +61,17 @@ func load(ctx context.Context, workers int, d time.Duration, fn func(w int) erro
 				local.n++
 				if err != nil {
 					local.errs++
+					if local.err == nil {
+						local.err = err
+					}
 				}
 			}
 			mu.Lock()
 			all.n += local.n
 			all.errs += local.errs
+			if all.err == nil {
+				all.err = local.err
+			}
 			all.lat = append(all.lat, local.lat...)
 			mu.Unlock()
 		}()

@@ -5,7 +5,8 @@
 // BENCH_ONLY=auth,pocketbase,files,textdownloads,logs,logsearch,scale selects
 // sections (all by default); BENCH_SECONDS sets the length of each timed
 // phase (default 8). The pocketbase section runs a pinned PocketBase beside the platform and
-// compares the two. The scale section (scale.go) fills the database to
+// compares the two (record reads, sign-ins, 4 KiB uploads beside raw
+// PutObject, 4 KiB downloads). The scale section (scale.go) fills the database to
 // 1,000 and to SCALE_N (100,000) records per collection and measures the
 // platform's requests, one at a time, at both sizes, beside PocketBase; it
 // runs last, since it leaves the database full. The logdocs section

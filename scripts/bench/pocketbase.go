@@ -137,7 +137,18 @@ func (s *side) median() stats {
 }
 
 func (s *side) String() string {
-	return fmt.Sprintf("%s; rounds %s/s", s.median(), s.rates())
+	str := fmt.Sprintf("%s; rounds %s/s", s.median(), s.rates())
+	errs, first := 0, error(nil)
+	for _, r := range s.rounds {
+		errs += r.errs
+		if first == nil {
+			first = r.err
+		}
+	}
+	if errs > 0 {
+		str += fmt.Sprintf("; %d errors in all rounds, the first: %.200s", errs, first)
+	}
+	return str
 }
 
 // rates lists the rounds' requests/s.
@@ -220,7 +231,8 @@ func mark(ok bool) string {
 // p99 and the CPU time per request of every process of each stack
 // (/proc/PID/stat utime+stime before and after each round). The two sides
 // run in alternating rounds; the median round's rate and latencies are
-// reported, the CPU per request over all rounds.
+// reported, the CPU per request over all rounds. Then 4 KiB uploads and
+// downloads (benchPocketBaseFiles).
 func benchPocketBase(e *env) error {
 	const rounds, workers = 3, 32
 	signinWorkers := 2 * runtime.NumCPU() // as the auth section's sign-ins
@@ -236,30 +248,12 @@ func benchPocketBase(e *env) error {
 	}
 	defer pb.Stop()
 	c := httpClient(64)
-	su, _, err := call(c, "POST", pb.URL+"/api/collections/_superusers/auth-with-password",
-		map[string]string{"identity": suEmail, "password": suPass}, nil, 200)
+	pbi, err := setUpPocketBase(c, pb, suEmail, suPass)
 	if err != nil {
 		return err
 	}
-	suToken, _ := su["token"].(string)
-	userEmail, userPass := "user@bench.local", stack.Secret(12)
-	if _, _, err := call(c, "POST", pb.URL+"/api/collections/users/records",
-		map[string]string{"email": userEmail, "password": userPass, "passwordConfirm": userPass},
-		map[string]string{"Authorization": suToken}, 200); err != nil {
-		return err
-	}
-	pbCredsMap := map[string]string{"identity": userEmail, "password": userPass}
-	pbCreds, _ := json.Marshal(pbCredsMap)
-	ua, _, err := call(c, "POST", pb.URL+"/api/collections/users/auth-with-password", pbCredsMap, nil, 200)
-	if err != nil {
-		return err
-	}
-	pbToken, _ := ua["token"].(string)
-	rec, _ := ua["record"].(map[string]any)
-	recID, _ := rec["id"].(string)
-	if pbToken == "" || recID == "" {
-		return fmt.Errorf("pocketbase auth-with-password: no token or record id in %v", ua)
-	}
+	pbCreds, _ := json.Marshal(pbi.userCreds)
+	pbToken, recID := pbi.userToken, pbi.userID
 	pbFetchURL := pb.URL + "/api/collections/users/records/" + recID
 	pbHdr := map[string]string{"Authorization": pbToken}
 	if err := hit(c, "GET", pbFetchURL, nil, pbHdr, 200); err != nil {
@@ -300,17 +294,7 @@ func benchPocketBase(e *env) error {
 	// compare runs a and b in alternating rounds after a short warm-up of
 	// each.
 	compare := func(n int, a, b *side, fa, fb func(int) error) error {
-		load(e.ctx, n, time.Second, fa)
-		load(e.ctx, n, time.Second, fb)
-		for range rounds {
-			if err := a.run(e.ctx, n, e.seconds, pbSample, fa); err != nil {
-				return err
-			}
-			if err := b.run(e.ctx, n, e.seconds, platSample, fb); err != nil {
-				return err
-			}
-		}
-		return nil
+		return alternate(e, n, rounds, leg{a, pbSample, fa}, leg{b, platSample, fb})
 	}
 
 	// Every load here comes from the same raw client (rawHitter), one
@@ -321,19 +305,19 @@ func benchPocketBase(e *env) error {
 			c()
 		}
 	}()
-	raw := func(method, url string, body []byte, hdr map[string]string, n int) (func(int) error, error) {
-		h, err := newRawHitter(method, url, body, hdr, 200, n)
+	raw := func(method, url string, body []byte, hdr map[string]string, want, n int) (func(int) error, error) {
+		h, err := newRawHitter(method, url, body, hdr, want, n)
 		if err != nil {
 			return nil, err
 		}
 		closers = append(closers, h.close)
 		return h.hit, nil
 	}
-	pbFetchHit, err := raw("GET", pbFetchURL, nil, pbHdr, workers)
+	pbFetchHit, err := raw("GET", pbFetchURL, nil, pbHdr, 200, workers)
 	if err != nil {
 		return err
 	}
-	meHit, err := raw("GET", gw+"/me", nil, meHdr, workers)
+	meHit, err := raw("GET", gw+"/me", nil, meHdr, 200, workers)
 	if err != nil {
 		return err
 	}
@@ -356,11 +340,11 @@ func benchPocketBase(e *env) error {
 	e.report("pocketbase", "CPU/request platform ÷ PocketBase (GET /me vs fetch)", fmt.Sprintf("%.2f %s", r, mark(r <= 0.5)), "<= 0.5")
 	e.report("pocketbase", "bench process CPU/request (load generator, NATS)", fmt.Sprintf("%.0f µs (PocketBase fetch) vs %.0f µs (GET /me), not counted", pbFetch.selfPerRequest(), me.selfPerRequest()), "")
 
-	pbSigninHit, err := raw("POST", pb.URL+"/api/collections/users/auth-with-password", pbCreds, nil, signinWorkers)
+	pbSigninHit, err := raw("POST", pb.URL+"/api/collections/users/auth-with-password", pbCreds, nil, 200, signinWorkers)
 	if err != nil {
 		return err
 	}
-	signinHit, err := raw("POST", gw+"/signin", creds, nil, signinWorkers)
+	signinHit, err := raw("POST", gw+"/signin", creds, nil, 200, signinWorkers)
 	if err != nil {
 		return err
 	}
@@ -370,14 +354,16 @@ func benchPocketBase(e *env) error {
 	}
 	e.report("pocketbase", fmt.Sprintf("PocketBase auth-with-password (%d conns)", signinWorkers), pbSignin.String(), "")
 	e.report("pocketbase", fmt.Sprintf("platform POST /signin via gateway (%d conns)", signinWorkers), signin.String(), "")
-	e.report("pocketbase", "sign-ins/s platform ÷ PocketBase (median rounds)", ratio(signin.median().rps(), pbSignin.median().rps()), "report")
+	r = signin.median().rps() / pbSignin.median().rps()
+	e.report("pocketbase", "sign-ins/s platform ÷ PocketBase (median rounds)", fmt.Sprintf("%.2f %s", r, mark(r >= 2.2)), ">= 2.2")
 	pbCPU, pbTotal = pbSignin.perRequest(nil)
 	siCPU, siTotal := signin.perRequest(order)
 	e.report("pocketbase", "CPU/request, PocketBase auth-with-password", pbCPU, "")
 	e.report("pocketbase", "CPU/request, platform POST /signin", siCPU, "")
 	e.report("pocketbase", "CPU/sign-in platform ÷ PocketBase", ratio(siTotal, pbTotal), "report")
 	e.report("pocketbase", "bench process CPU/request (load generator, NATS)", fmt.Sprintf("%.0f µs (PocketBase sign-in) vs %.0f µs (POST /signin), not counted", pbSignin.selfPerRequest(), signin.selfPerRequest()), "")
-	return nil
+
+	return benchPocketBaseFiles(e, bin, c, pbi, meHdr, raw)
 }
 
 func sortedKeys(s cpuSample) []string {

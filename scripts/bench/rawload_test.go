@@ -19,7 +19,7 @@ func TestRawHitter(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.Method != "POST" || r.URL.Path != "/signin" || r.Header.Get("Cookie") != "sessionId=abc" ||
-			r.Header.Get("Content-Type") != "application/json" || string(body) != `{"a":1}` {
+			r.Header.Get("Content-Type") != r.URL.Query().Get("type") || len(r.Header.Values("Content-Type")) != 1 || string(body) != `{"a":1}` {
 			http.Error(w, "unexpected request", http.StatusBadRequest)
 			return
 		}
@@ -47,7 +47,7 @@ func TestRawHitter(t *testing.T) {
 	hdr := map[string]string{"cookie": "sessionId=abc"}
 	for _, mode := range []string{"length", "chunked", "close"} {
 		conns.Store(0)
-		h, err := newRawHitter("POST", srv.URL+"/signin?mode="+mode, []byte(`{"a":1}`), hdr, 200, 2)
+		h, err := newRawHitter("POST", srv.URL+"/signin?type=application/json&mode="+mode, []byte(`{"a":1}`), hdr, 200, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,16 @@ func TestRawHitter(t *testing.T) {
 			t.Errorf("%s: %d connections for 6 requests from 2 workers, want %d", mode, got, want)
 		}
 	}
-	h, err := newRawHitter("POST", srv.URL+"/signin?mode=teapot", []byte(`{"a":1}`), hdr, 200, 1)
+	// A Content-Type of the caller's replaces the JSON default.
+	h, err := newRawHitter("POST", srv.URL+"/signin?type=text/plain", []byte(`{"a":1}`), map[string]string{"cookie": "sessionId=abc", "content-type": "text/plain"}, 200, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.hit(0); err != nil {
+		t.Fatalf("a body of the caller's type: %v", err)
+	}
+	h.close()
+	h, err = newRawHitter("POST", srv.URL+"/signin?type=application/json&mode=teapot", []byte(`{"a":1}`), hdr, 200, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
