@@ -56,19 +56,36 @@ func (s *Service) release(ctx context.Context, a admission) {
 
 // succeeded ends a successful attempt: the key reset forgets its earlier
 // failures (unless the attempt was its only one), the others get their
-// ticket back.
+// ticket back; in one call when the store can (throttleSucceeder).
 func (s *Service) succeeded(ctx context.Context, a admission, reset string) {
 	var rest admission
+	resetting := false
 	for _, tk := range a {
 		if tk.Key == reset && !tk.Fresh {
-			if err := s.throttleReset(ctx, reset); err != nil {
-				s.log.WarnContext(ctx, "reset throttle", "err", err)
-			}
+			resetting = true
 			continue
 		}
 		rest = append(rest, tk)
 	}
+	if resetting {
+		if st, ok := s.throttle.(throttleSucceeder); ok {
+			if err := st.Succeed(context.WithoutCancel(ctx), reset, rest...); err != nil {
+				s.log.WarnContext(ctx, "end throttled attempt", "err", err)
+			}
+			return
+		}
+		if err := s.throttleReset(ctx, reset); err != nil {
+			s.log.WarnContext(ctx, "reset throttle", "err", err)
+		}
+	}
 	s.release(ctx, rest)
+}
+
+// throttleSucceeder is a ThrottleStore that ends a successful attempt in
+// one call: the tickets of keys other than reset given back, reset's
+// attempts and lock forgotten (Release and Reset in one).
+type throttleSucceeder interface {
+	Succeed(ctx context.Context, reset string, tickets ...Ticket) error
 }
 
 // throttleFail counts one attempt of each key under its rule, for actions

@@ -191,48 +191,88 @@ func (t *Throttle) states(ctx context.Context, keys []string) (map[string]thrott
 	return out, nil
 }
 
-// Admit implements account.ThrottleStore. When every key's rule is
-// closable, the first slot of each key is inserted at once (one round
-// trip). A key whose first slot is taken, and every key after it, are then
-// admitted one after the other, in order (the tickets of later keys taken
-// at once are given back first, so that attempts waiting for a key never
-// hold a later one); a key that refuses gives back what was taken.
+// Admit implements account.ThrottleStore. The first slot of each key is
+// inserted at once (one round trip), after one read of the keys' states
+// when a key's rule is not closable. A key whose first slot is taken tries
+// the other slots of its round once; if every one is taken, the tickets of
+// later keys are given back (an attempt that waits for a key never holds
+// a later one), the states are read, and the key and those after it are
+// admitted one after the other, waiting for attempts in flight or locking.
+// A key that refuses gives back what was taken.
 func (t *Throttle) Admit(ctx context.Context, now time.Time, reqs ...account.ThrottleRequest) ([]account.Ticket, error) {
-	tickets := make([]account.Ticket, 0, len(reqs))
-	fast := true
+	var states map[string]throttleState // nil: not read (every rule closable)
 	for _, r := range reqs {
-		fast = fast && closable(r.Rule)
+		if !closable(r.Rule) {
+			var err error
+			if states, err = t.readStates(ctx, now, reqs); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
-	if fast {
-		got, err := t.firstSlots(ctx, now, reqs)
+	got, ords, err := t.firstSlots(ctx, now, reqs, states)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range reqs {
+		if got[i].Slot != "" {
+			continue
+		}
+		st, exists := states[r.Key]
+		round := 0
+		w, end := windowOf(now, r.Rule.Window)
+		if exists && st.Window == w {
+			round = st.Round
+		}
+		a := attempt{t: t, key: r.Key, now: now, end: end, w: w, round: round}
+		tk, err := a.probeOnce(ctx, r.Rule.Max, ords[i])
 		if err != nil {
-			return nil, err
+			return nil, t.giveBack(ctx, err, got)
 		}
-		for len(tickets) < len(reqs) && got[len(tickets)].Slot != "" {
-			tickets = append(tickets, got[len(tickets)])
+		if tk.Slot != "" {
+			got[i] = tk
+			continue
 		}
-		if len(tickets) == len(reqs) {
-			return tickets, nil
+		// Every slot of the round is taken: the slow way from this key on.
+		if err := t.Release(ctx, got[i+1:]...); err != nil {
+			return nil, t.giveBack(ctx, err, got[:i])
 		}
-		if err := t.Release(ctx, got[len(tickets)+1:]...); err != nil {
-			return nil, t.giveBack(ctx, err, tickets)
+		tickets, err := t.admitInTurn(ctx, now, reqs[i:])
+		if err != nil {
+			return nil, t.giveBack(ctx, err, got[:i])
 		}
+		return append(got[:i], tickets...), nil
 	}
-	rest := reqs[len(tickets):]
-	keys := make([]string, len(rest))
-	for i, r := range rest {
+	return got, nil
+}
+
+// readStates reads the states of reqs' keys: *ThrottledError naming the
+// first locked key.
+func (t *Throttle) readStates(ctx context.Context, now time.Time, reqs []account.ThrottleRequest) (map[string]throttleState, error) {
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
 		keys[i] = r.Key
 	}
 	states, err := t.states(ctx, keys)
 	if err != nil {
-		return nil, t.giveBack(ctx, err, tickets)
+		return nil, err
 	}
-	for _, r := range rest { // a locked key refuses before any slot is taken
+	for _, r := range reqs { // a locked key refuses before any slot is taken
 		if st := states[r.Key]; st.LockedUntil.After(now) {
-			return nil, t.giveBack(ctx, &account.ThrottledError{RetryAfter: st.LockedUntil.Sub(now), Key: r.Key}, tickets)
+			return nil, &account.ThrottledError{RetryAfter: st.LockedUntil.Sub(now), Key: r.Key}
 		}
 	}
-	for _, r := range rest {
+	return states, nil
+}
+
+// admitInTurn reads the keys' states and admits reqs one after the other.
+func (t *Throttle) admitInTurn(ctx context.Context, now time.Time, reqs []account.ThrottleRequest) ([]account.Ticket, error) {
+	states, err := t.readStates(ctx, now, reqs)
+	if err != nil {
+		return nil, err
+	}
+	tickets := make([]account.Ticket, 0, len(reqs))
+	for _, r := range reqs {
 		st, exists := states[r.Key]
 		if !exists {
 			st = throttleState{ID: r.Key, Key: r.Key}
@@ -255,41 +295,50 @@ func (t *Throttle) giveBack(ctx context.Context, err error, tickets []account.Ti
 	return err
 }
 
-// firstSlots inserts the first slot of round 0 of each request's key in
-// one unordered insert: a ticket per request, without a slot where that
-// slot was taken.
-func (t *Throttle) firstSlots(ctx context.Context, now time.Time, reqs []account.ThrottleRequest) ([]account.Ticket, error) {
+// firstSlots inserts the first slot of each request's key (in round 0,
+// or the round states name) in one unordered insert: a ticket per
+// request, without a slot where that slot was taken, and the ordinals
+// tried.
+func (t *Throttle) firstSlots(ctx context.Context, now time.Time, reqs []account.ThrottleRequest, states map[string]throttleState) ([]account.Ticket, []int, error) {
 	docs := make([]any, len(reqs))
 	out := make([]account.Ticket, len(reqs))
+	ords := make([]int, len(reqs))
 	for i, r := range reqs {
 		w, end := windowOf(now, r.Rule.Window)
+		st, exists := states[r.Key]
+		round := 0
+		if exists && st.Window == w {
+			round = st.Round
+		}
 		ord, err := firstOrdinal(r.Rule.Max)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		n, err := nonce()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		sl := throttleSlot{ID: slotID(r.Key, w, 0, ord), Key: r.Key, Nonce: n, At: now, Expires: end}
+		ords[i] = ord
+		sl := throttleSlot{ID: slotID(r.Key, w, round, ord), Key: r.Key, Nonce: n, At: now, Expires: end}
 		docs[i] = sl
-		out[i] = account.Ticket{Key: r.Key, Slot: sl.ID, Nonce: n, Fresh: r.Rule.Max <= orderedMax && ord == 1}
+		fresh := r.Rule.Max <= orderedMax && ord == 1 && round == 0 && st.Locks == 0
+		out[i] = account.Ticket{Key: r.Key, Slot: sl.ID, Nonce: n, Fresh: fresh}
 	}
 	_, err := t.c.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err == nil {
-		return out, nil
+		return out, ords, nil
 	}
 	var bw mongo.BulkWriteException
 	if !errors.As(err, &bw) || bw.WriteConcernError != nil || len(bw.WriteErrors) == 0 {
-		return nil, t.giveBack(ctx, err, out) // what was inserted is unknown
+		return nil, nil, t.giveBack(ctx, err, out) // what was inserted is unknown
 	}
 	for _, we := range bw.WriteErrors {
 		if !mongox.IsDuplicate(we.WriteError) || we.Index < 0 || we.Index >= len(out) {
-			return nil, t.giveBack(ctx, err, out)
+			return nil, nil, t.giveBack(ctx, err, out)
 		}
 		out[we.Index] = account.Ticket{}
 	}
-	return out, nil
+	return out, ords, nil
 }
 
 // admit takes a slot of the key of st (read before, exists when it was
@@ -392,6 +441,31 @@ func (a attempt) probeRandom(ctx context.Context, max int) (account.Ticket, erro
 		i, err := randomOrdinal(max)
 		if err != nil {
 			return account.Ticket{}, err
+		}
+		tk, err := a.try(ctx, i)
+		if err != nil || tk.Slot != "" {
+			return tk, err
+		}
+	}
+	return account.Ticket{}, nil
+}
+
+// probeOnce tries the slots of 1..max other than tried once each (from a
+// random one: attempts in flight at once spread over the free slots), or
+// randomProbes random ones of a larger limit; no ticket when every one
+// tried was taken.
+func (a attempt) probeOnce(ctx context.Context, max, tried int) (account.Ticket, error) {
+	if max > sequentialMax {
+		return a.probeRandom(ctx, max)
+	}
+	start, err := randomOrdinal(max)
+	if err != nil {
+		return account.Ticket{}, err
+	}
+	for j := range max {
+		i := (start+j-1)%max + 1
+		if i == tried {
+			continue
 		}
 		tk, err := a.try(ctx, i)
 		if err != nil || tk.Slot != "" {
@@ -551,6 +625,33 @@ func (t *Throttle) Release(ctx context.Context, tickets ...account.Ticket) error
 	default:
 		_, err = t.c.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: slots}}}, {Key: "t", Value: bson.D{{Key: "$in", Value: nonces}}}})
 	}
+	return err
+}
+
+// Succeed ends a successful attempt in one delete: every ticket of a key
+// other than reset is given back (by _id and nonce), and every document of
+// reset goes (its slots, in flight or not, and its state with the lock), as
+// Release and Reset would in two. The delete is narrowed by the key index.
+func (t *Throttle) Succeed(ctx context.Context, reset string, tickets ...account.Ticket) error {
+	keys := []string{reset}
+	var slots, nonces []string
+	for _, tk := range tickets {
+		if tk.Key != reset && tk.Slot != "" {
+			keys = append(keys, tk.Key)
+			slots = append(slots, tk.Slot)
+			nonces = append(nonces, tk.Nonce)
+		}
+	}
+	if len(slots) == 0 {
+		return t.Reset(ctx, reset, time.Time{})
+	}
+	_, err := t.c.DeleteMany(ctx, bson.D{
+		{Key: "key", Value: bson.D{{Key: "$in", Value: keys}}},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "key", Value: reset}},
+			bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: slots}}}, {Key: "t", Value: bson.D{{Key: "$in", Value: nonces}}}},
+		}},
+	})
 	return err
 }
 

@@ -407,3 +407,36 @@ func TestThrottleReleaseAfterReset(t *testing.T) {
 		t.Fatalf("the new holder's slot 1 must still count: %+v %v", tk, err)
 	}
 }
+
+// Succeed (a success that was not the account's only attempt) forgets the
+// account's failures and lock and gives the address's ticket back in one
+// delete, leaving the address's other attempts counted.
+func TestThrottleSucceed(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	acct := account.ThrottleRequest{Key: "account:s", Rule: throttleRule}
+	addr := account.ThrottleRequest{Key: "address:192.0.2.50", Rule: account.ThrottleRule{Max: 2, Window: time.Hour}}
+	if _, err := th.Admit(ctx, now, acct, addr); err != nil { // a failure of both
+		t.Fatal(err)
+	}
+	tks, err := th.Admit(ctx, now, acct, addr)
+	if err != nil || tks[0].Fresh {
+		t.Fatalf("second attempt: %+v %v, want admitted, not fresh", tks, err)
+	}
+	if err := th.Succeed(ctx, acct.Key, tks...); err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := admitOne(ctx, th, acct.Key, acct.Rule, now); err != nil || !tk.Fresh {
+		t.Fatalf("the account after the success: %+v %v, want fresh", tk, err)
+	}
+	// The address kept its failure and got the success's slot back: one
+	// more attempt, then full.
+	if _, err := admitOne(ctx, th, addr.Key, addr.Rule, now); err != nil {
+		t.Fatalf("the address's second slot: %v", err)
+	}
+	if _, err := admitOne(ctx, th, addr.Key, addr.Rule, now.Add(10*time.Second)); !isThrottled(err) {
+		t.Fatalf("the address's third attempt: %v, want throttled (its failure still counts)", err)
+	}
+}
