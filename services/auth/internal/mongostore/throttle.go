@@ -24,8 +24,8 @@ import (
 // with ordinal 1..rule.Max: a unique _id is inserted once on every server,
 // so however many attempts race, at most rule.Max of them get a slot of
 // one window and round. The window is the index of the fixed interval of
-// rule.Window that holds the attempt; the round is the number of locks of
-// the key in that window (0 until the first). A success deletes its slot
+// rule.Window that holds the attempt; the round counts the locks that
+// reached into that window (0 until the first). A success deletes its slot
 // (by _id and the ticket's random nonce, so a slot taken again after a
 // Reset is never deleted by the attempt that held it before); a failure
 // keeps it until its window ends.
@@ -48,8 +48,8 @@ import (
 // window and round that open after the lock, the lock's end and the number
 // of locks (for the doubling). A sign-in does not read it: a key whose
 // slots can be closed (every rule of the sign-in's keys; see closable)
-// marks a lock in the slots themselves, so the attempt that finds its
-// first slot taken is the only one that reads the state. The lock's
+// marks a lock in the slots themselves, so only an attempt that finds
+// every slot of round 0 taken reads the state. The lock's
 // attempt fills every slot of the round (a slot given back meanwhile
 // included) and round 0 of every later window the lock reaches, and stops
 // the round's slots from being given back; so an attempt during a lock
@@ -59,7 +59,7 @@ import (
 //
 // A sign-in of two keys is therefore one insert of both first slots (an
 // account's slot 1, an address's at a random ordinal), and on success one
-// delete of both. Expiry is the service's: slots carry the end of their
+// delete of both (Release, or Succeed when the account had other attempts). Expiry is the service's: slots carry the end of their
 // window (and are ignored after it, the window index changes), and Forget
 // deletes what has expired.
 type Throttle struct{ c *mongo.Collection }
