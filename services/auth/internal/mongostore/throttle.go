@@ -506,8 +506,11 @@ func (t *Throttle) lock(ctx context.Context, st throttleState, exists bool, rule
 			return err
 		}
 	} else {
-		res, err := t.c.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: st.ID}, {Key: "locks", Value: st.Locks}, {Key: "w", Value: st.Window}, {Key: "r", Value: st.Round}},
+		read := bson.D{{Key: "_id", Value: st.ID}, {Key: "locks", Value: st.Locks}, {Key: "w", Value: st.Window}, {Key: "r", Value: st.Round}}
+		if st.Key == "" { // written before the state had these fields
+			read = bson.D{{Key: "_id", Value: st.ID}, {Key: "key", Value: bson.D{{Key: "$exists", Value: false}}}}
+		}
+		res, err := t.c.UpdateOne(ctx, read,
 			bson.D{{Key: "$set", Value: bson.D{{Key: "key", Value: st.ID}, {Key: "w", Value: next.Window}, {Key: "r", Value: next.Round},
 				{Key: "locks", Value: next.Locks}, {Key: "lockedUntil", Value: until}, {Key: "touched", Value: now}}}})
 		if err != nil {

@@ -440,3 +440,29 @@ func TestThrottleSucceed(t *testing.T) {
 		t.Fatalf("the address's third attempt: %v, want throttled (its failure still counts)", err)
 	}
 }
+
+// A state document written by the store's earlier version (gen, round, no
+// lock count) is taken over by the next lock.
+func TestThrottleLocksOverAnOldState(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	if _, err := db.Collection(mongostore.ThrottleCollection).InsertOne(ctx, bson.D{{Key: "_id", Value: "old"},
+		{Key: "gen", Value: "0123"}, {Key: "round", Value: 2}, {Key: "lockedUntil", Value: now.Add(-time.Hour)}, {Key: "touched", Value: now.Add(-time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	for range throttleRule.Max {
+		if _, err := admitOne(ctx, th, "old", throttleRule, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var te *account.ThrottledError
+	if _, err := admitOne(ctx, th, "old", throttleRule, now.Add(10*time.Second)); !errors.As(err, &te) || te.RetryAfter != time.Minute {
+		t.Fatalf("the sixth attempt: %v, want a 1 min lock", err)
+	}
+	locks, err := th.Check(ctx, []string{"old"})
+	if err != nil || !locks["old"].Equal(now.Add(10*time.Second+time.Minute)) {
+		t.Fatalf("Check after the lock: %v %v", locks, err)
+	}
+}
