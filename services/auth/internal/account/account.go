@@ -145,6 +145,7 @@ type ThrottleRequest struct {
 type Ticket struct {
 	Key   string
 	Slot  string
+	Nonce string // the store's mark of this attempt's hold on Slot
 	Fresh bool
 }
 

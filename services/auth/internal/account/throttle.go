@@ -56,17 +56,27 @@ func (s *Service) release(ctx context.Context, a admission) {
 
 // succeeded ends a successful attempt: the key reset forgets its earlier
 // failures (unless the attempt was its only one), the others get their
-// ticket back.
+// ticket back; in one call when the store can (throttleSucceeder).
 func (s *Service) succeeded(ctx context.Context, a admission, reset string) {
 	var rest admission
+	resetting := false
 	for _, tk := range a {
 		if tk.Key == reset && !tk.Fresh {
-			if err := s.throttleReset(ctx, reset); err != nil {
-				s.log.WarnContext(ctx, "reset throttle", "err", err)
-			}
+			resetting = true
 			continue
 		}
 		rest = append(rest, tk)
+	}
+	if resetting {
+		if st, ok := s.throttle.(throttleSucceeder); ok {
+			if err := st.Succeed(context.WithoutCancel(ctx), reset, rest...); err != nil {
+				s.log.WarnContext(ctx, "end throttled attempt", "err", err)
+			}
+			return
+		}
+		if err := s.throttleReset(ctx, reset); err != nil {
+			s.log.WarnContext(ctx, "reset throttle", "err", err)
+		}
 	}
 	s.release(ctx, rest)
 }
@@ -76,8 +86,10 @@ func (s *Service) succeeded(ctx context.Context, a admission, reset string) {
 // begin one, so every begin counts against the client address ip (rule
 // address, under one key for every kind of begin; skipped when ip is
 // empty) and takes one of the unfinished slots of pending. It returns the
-// admission, to release when the begin fails, and the pending slot, which
-// the stored state keeps until its finish gives it back (releaseSlot).
+// admission, to release when the begin fails, and the pending slot's
+// handle (slotHandle: the slot and the store's mark of this hold on it),
+// which the stored state keeps until its finish gives it back
+// (releaseSlot).
 // Past either limit: *ThrottledError saying what.
 func (s *Service) admitBegin(ctx context.Context, ip string, address ThrottleRule, pending throttleKey, what string) (admission, string, error) {
 	var keys []throttleKey
@@ -95,20 +107,30 @@ func (s *Service) admitBegin(ctx context.Context, ip string, address ThrottleRul
 	}
 	var slot string
 	for _, tk := range adm {
-		if tk.Key == pending.key {
-			slot = tk.Slot
+		if tk.Key == pending.key && tk.Slot != "" {
+			slot = slotHandle(tk)
 		}
 	}
 	return adm, slot, nil
 }
 
+// slotHandle is how a stored sign-in state keeps its pending slot: the
+// slot and the store's mark of this hold on it (Ticket.Nonce), without
+// which the store gives nothing back. The mark holds no '|'.
+func slotHandle(tk Ticket) string { return tk.Slot + "|" + tk.Nonce }
+
 // releaseSlot gives back the pending slot a finished sign-in's state kept
-// (admitBegin); "" is none.
-func (s *Service) releaseSlot(ctx context.Context, slot string) {
-	if slot == "" {
+// (admitBegin's handle); "" is none.
+func (s *Service) releaseSlot(ctx context.Context, handle string) {
+	if handle == "" {
 		return
 	}
-	if err := s.throttle.Release(context.WithoutCancel(ctx), Ticket{Slot: slot}); err != nil {
+	i := strings.LastIndexByte(handle, '|')
+	if i < 0 {
+		s.log.WarnContext(ctx, "a pending sign-in's slot without its mark", "slot", handle)
+		return
+	}
+	if err := s.throttle.Release(context.WithoutCancel(ctx), Ticket{Slot: handle[:i], Nonce: handle[i+1:]}); err != nil {
 		s.log.WarnContext(ctx, "release a pending sign-in's slot", "err", err)
 	}
 }
@@ -116,6 +138,13 @@ func (s *Service) releaseSlot(ctx context.Context, slot string) {
 // beginAddressKey is the throttle key of the sign-ins begun from a client
 // address: passkey ceremonies and provider flows together.
 func beginAddressKey(ip string) string { return "ceremony-" + addressKey(ip) }
+
+// throttleSucceeder is a ThrottleStore that ends a successful attempt in
+// one call: the tickets of keys other than reset given back, reset's
+// attempts and lock forgotten (Release and Reset in one).
+type throttleSucceeder interface {
+	Succeed(ctx context.Context, reset string, tickets ...Ticket) error
+}
 
 // throttleFail counts one attempt of each key under its rule, for actions
 // where every request counts (reset links, mails); *ThrottledError when a

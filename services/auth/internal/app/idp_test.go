@@ -513,3 +513,34 @@ func TestProviderBeginsBounded(t *testing.T) {
 		t.Fatalf("%d states stored, want 4 flows and 2 ceremonies", got)
 	}
 }
+
+// TestProviderFlowGivesItsPendingSlotBack: a flow whose state its callback
+// took (here by signing in) no longer counts against AUTH_IDP_MAX_PENDING,
+// so a begin refused at the cap is admitted once a flow has finished. It
+// fails when the pending slot cannot be given back (a release without the
+// store's mark of the hold deletes nothing).
+func TestProviderFlowGivesItsPendingSlotBack(t *testing.T) {
+	h := newIDPHarnessWith(t, map[string]string{"AUTH_IDP_MAX_PENDING": "2"})
+	begin := func(b *browser) *http.Response {
+		b.c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp := b.get(t, "http://"+gatewayHost+"/signin/oidc/corp")
+		resp.Body.Close()
+		b.c.CheckRedirect = nil
+		return resp
+	}
+	admitted := func(resp *http.Response) bool {
+		return strings.HasPrefix(resp.Header.Get("Location"), h.op.Issuer)
+	}
+	if !admitted(begin(h.browser(t))) {
+		t.Fatal("first flow refused")
+	}
+	h.browser(t).signInCorp(t, opAlice) // whatever its outcome, the callback takes the state
+	// Two flows begun, one finished: one pending, so one more is admitted,
+	// and then the cap refuses the next.
+	if !admitted(begin(h.browser(t))) {
+		t.Fatal("a begin after a flow finished was refused: the finished flow kept its pending slot")
+	}
+	if admitted(begin(h.browser(t))) {
+		t.Fatal("a begin past AUTH_IDP_MAX_PENDING=2 with two flows pending was admitted")
+	}
+}

@@ -44,6 +44,10 @@ func EnsureIndexes(ctx context.Context, db *mongo.Database) error {
 		PasskeysCollection: {
 			{Keys: bson.D{{Key: "userId", Value: 1}, {Key: "createdAt", Value: 1}}, Options: options.Index().SetName("userId_createdAt")},
 		},
+		// Reset deletes a key's documents (slots and state) by key.
+		ThrottleCollection: {
+			{Keys: bson.D{{Key: "key", Value: 1}}, Options: options.Index().SetName("key")},
+		},
 		TokensCollection: {
 			{Keys: bson.D{{Key: "userId", Value: 1}, {Key: "purpose", Value: 1}}, Options: options.Index().SetName("userId_purpose")},
 			{Keys: bson.D{{Key: "expiresAt", Value: 1}}, Options: options.Index().SetName("expiresAt")},

@@ -312,3 +312,157 @@ func TestThrottleConcurrentSuccessesWait(t *testing.T) {
 		t.Fatalf("locked after right answers only: %v, %v", locks, err)
 	}
 }
+
+// A lock that reaches into later windows holds there too, though an
+// attempt reads no state while its first slot is free: the lock filled
+// round 0 of those windows. After the lock, the round the state names
+// opens, and a window after that starts afresh.
+func TestThrottleLockReachesLaterWindows(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	rule := account.ThrottleRule{Max: 2, Window: time.Minute, Lock: 150 * time.Second, LockMax: time.Hour}
+	start := time.Now().UTC().Truncate(time.Hour).Add(10 * time.Second)
+	for range rule.Max {
+		if _, err := admitOne(ctx, th, "k", rule, start); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := start.Add(10 * time.Second) // the failures ended
+	if _, err := admitOne(ctx, th, "k", rule, now); !isThrottled(err) {
+		t.Fatalf("third attempt: %v, want a lock", err)
+	}
+	for _, at := range []time.Duration{time.Minute, 2 * time.Minute, 149 * time.Second} { // later windows, still locked
+		var te *account.ThrottledError
+		if _, err := admitOne(ctx, th, "k", rule, now.Add(at)); !errors.As(err, &te) || te.RetryAfter != 150*time.Second-at {
+			t.Fatalf("%v into the lock: %v, want refused until its end", at, err)
+		}
+	}
+	after := now.Add(150 * time.Second) // the lock's window: its round 1 opens
+	for i := range rule.Max {
+		if tk, err := admitOne(ctx, th, "k", rule, after); err != nil || tk.Fresh {
+			t.Fatalf("after the lock, attempt %d: %+v %v", i+1, tk, err)
+		}
+	}
+	if _, err := admitOne(ctx, th, "k", rule, after.Add(5*time.Second)); !isThrottled(err) {
+		t.Fatalf("round 1 used up: %v, want a second lock", err)
+	}
+	if tk, err := admitOne(ctx, th, "k", rule, after.Add(time.Hour)); err != nil {
+		t.Fatalf("an hour later: %+v %v", tk, err)
+	}
+}
+
+// An attempt admitted long before a lock (still in flight, or its answer
+// lost) that gives its slot back during the lock does not reopen the
+// round: the lock stopped its slots from being given back.
+func TestThrottleLateReleaseDuringLock(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	var straggler account.Ticket
+	for i := range throttleRule.Max {
+		tk, err := admitOne(ctx, th, "k", throttleRule, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			straggler = tk
+		}
+	}
+	later := now.Add(10 * time.Second)
+	if _, err := admitOne(ctx, th, "k", throttleRule, later); !isThrottled(err) {
+		t.Fatalf("sixth attempt: %v, want a lock", err)
+	}
+	if err := th.Release(ctx, straggler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admitOne(ctx, th, "k", throttleRule, later.Add(time.Second)); !isThrottled(err) {
+		t.Fatalf("after a late release during the lock: %v, want still throttled", err)
+	}
+}
+
+// A ticket held across a Reset does not delete the slot a later attempt
+// took: its slot went with the Reset, and a release names the holder.
+func TestThrottleReleaseAfterReset(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	old, err := admitOne(ctx, th, "k", throttleRule, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := th.Reset(ctx, "k", now); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := admitOne(ctx, th, "k", throttleRule, now)
+	if err != nil || fresh.Slot != old.Slot {
+		t.Fatalf("after Reset: %+v %v, want slot 1 again", fresh, err)
+	}
+	if err := th.Release(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := admitOne(ctx, th, "k", throttleRule, now); err != nil || tk.Fresh {
+		t.Fatalf("the new holder's slot 1 must still count: %+v %v", tk, err)
+	}
+}
+
+// Succeed (a success that was not the account's only attempt) forgets the
+// account's failures and lock and gives the address's ticket back in one
+// delete, leaving the address's other attempts counted.
+func TestThrottleSucceed(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	acct := account.ThrottleRequest{Key: "account:s", Rule: throttleRule}
+	addr := account.ThrottleRequest{Key: "address:192.0.2.50", Rule: account.ThrottleRule{Max: 2, Window: time.Hour}}
+	if _, err := th.Admit(ctx, now, acct, addr); err != nil { // a failure of both
+		t.Fatal(err)
+	}
+	tks, err := th.Admit(ctx, now, acct, addr)
+	if err != nil || tks[0].Fresh {
+		t.Fatalf("second attempt: %+v %v, want admitted, not fresh", tks, err)
+	}
+	if err := th.Succeed(ctx, acct.Key, tks...); err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := admitOne(ctx, th, acct.Key, acct.Rule, now); err != nil || !tk.Fresh {
+		t.Fatalf("the account after the success: %+v %v, want fresh", tk, err)
+	}
+	// The address kept its failure and got the success's slot back: one
+	// more attempt, then full.
+	if _, err := admitOne(ctx, th, addr.Key, addr.Rule, now); err != nil {
+		t.Fatalf("the address's second slot: %v", err)
+	}
+	if _, err := admitOne(ctx, th, addr.Key, addr.Rule, now.Add(10*time.Second)); !isThrottled(err) {
+		t.Fatalf("the address's third attempt: %v, want throttled (its failure still counts)", err)
+	}
+}
+
+// A state document written by the store's earlier version (gen, round, no
+// lock count) is taken over by the next lock.
+func TestThrottleLocksOverAnOldState(t *testing.T) {
+	db := newDB(t)
+	th := mongostore.NewThrottle(db)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Hour).Add(time.Minute)
+	if _, err := db.Collection(mongostore.ThrottleCollection).InsertOne(ctx, bson.D{{Key: "_id", Value: "old"},
+		{Key: "gen", Value: "0123"}, {Key: "round", Value: 2}, {Key: "lockedUntil", Value: now.Add(-time.Hour)}, {Key: "touched", Value: now.Add(-time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	for range throttleRule.Max {
+		if _, err := admitOne(ctx, th, "old", throttleRule, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var te *account.ThrottledError
+	if _, err := admitOne(ctx, th, "old", throttleRule, now.Add(10*time.Second)); !errors.As(err, &te) || te.RetryAfter != time.Minute {
+		t.Fatalf("the sixth attempt: %v, want a 1 min lock", err)
+	}
+	locks, err := th.Check(ctx, []string{"old"})
+	if err != nil || !locks["old"].Equal(now.Add(10*time.Second+time.Minute)) {
+		t.Fatalf("Check after the lock: %v %v", locks, err)
+	}
+}
