@@ -83,7 +83,27 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// with a back-off, as compose's `restart: unless-stopped` does; the
 	// platform stops only when asked.
 	supervised := p.Supervise(ctx, stack.DefaultBackoff, out)
-	<-ctx.Done()
+	// `make backup` and `make restore` find the servers here; SIGHUP
+	// (sent by `make restore`) restarts the services with auth's secrets
+	// read again from dev-secrets.json.
+	if err := srv.WriteState(p); err != nil {
+		fmt.Fprintln(out, "warning: the state for make backup could not be kept:", err)
+	}
+	defer srv.RemoveState()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-hup:
+			fmt.Fprintln(out, "SIGHUP: restarting the services with the secrets of", srv.SecretsFile)
+			if err := srv.Reload(p); err != nil {
+				fmt.Fprintln(out, "warning: reload:", err)
+			}
+		}
+	}
 	fmt.Fprintln(out, "\nstopping...")
 	p.Stop(20 * time.Second)
 	supervised()

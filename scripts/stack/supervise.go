@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -104,5 +106,21 @@ func (p *Platform) supervise(ctx context.Context, proc *Proc, b Backoff, out io.
 			delay = b.next(delay)
 			fmt.Fprintf(out, "supervisor: %s did not start again: %v; next attempt in %s\n", proc.Name, err, delay)
 		}
+	}
+}
+
+// SetEnv sets the variable key of every process of the service name to
+// value for its next start (Restart, or Supervise after it exits); the
+// running processes keep theirs.
+func (p *Platform) SetEnv(name, key, value string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for proc, st := range p.starts {
+		if st.name != name {
+			continue
+		}
+		env := slices.DeleteFunc(slices.Clone(st.env), func(e string) bool { return strings.HasPrefix(e, key+"=") })
+		st.env = append(env, key+"="+value)
+		p.starts[proc] = st
 	}
 }

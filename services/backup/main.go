@@ -72,6 +72,7 @@ const usage = `usage: acme-backup <command> [flags] [where]
   verify [--platform] [--hashes] FROM
                          check FROM against its manifest (--platform: the platform against it)
   list WHERE             the backups under WHERE (or WHERE itself)
+  dev-secrets FROM       print make run's dev-secrets.json kept in FROM (make restore DEV_SECRETS=1)
   schedule               take backups on BACKUP_SCHEDULE into BACKUP_TO, keep BACKUP_KEEP
 
 Settings come from the environment (docs/operations.md, "Backups").`
@@ -228,6 +229,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return list(ctx, stdout, t, s.keys)
 	case "schedule":
 		return schedule(ctx, s, stdout)
+	case "dev-secrets":
+		t, err := where()
+		if err != nil {
+			return err
+		}
+		b, err := backup.ReadDevSecrets(ctx, t, s.keys)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(b)
+		return err
 	}
 	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 }

@@ -211,3 +211,20 @@ func ReadManifest(ctx context.Context, t Target, keys Keys) (*Manifest, error) {
 	m, _, err := readManifest(ctx, t, keys)
 	return m, err
 }
+
+// ReadDevSecrets returns `make run`'s secrets kept in the backup at t.
+func ReadDevSecrets(ctx context.Context, t Target, keys Keys) ([]byte, error) {
+	m, s, err := readManifest(ctx, t, keys)
+	if err != nil {
+		return nil, err
+	}
+	if !m.DevSecrets {
+		return nil, fmt.Errorf("%s holds no %s (it was not taken by `make backup`)", t, DevSecretsName)
+	}
+	r, err := s.open(ctx, DevSecretsName)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(io.LimitReader(r, 1<<20))
+}
