@@ -28,6 +28,7 @@ type State struct {
 	MongoDB    string `json:"mongoDB"`
 	S3Endpoint string `json:"s3Endpoint"`
 	S3Bucket   string `json:"s3Bucket"`
+	NATSURL    string `json:"natsURL"`
 }
 
 // StatePath is DATA_DIR's state file.
@@ -37,7 +38,7 @@ func StatePath(dataDir string) string { return filepath.Join(dataDir, StateFile)
 func (s *Servers) WriteState(p *stack.Platform) error {
 	ss := s.StackServers()
 	b, _ := json.MarshalIndent(State{PID: os.Getpid(), GatewayURL: p.GatewayURL, MongoURL: s.MongoURL, MongoDB: ss.MongoDB,
-		S3Endpoint: ss.S3Endpoint, S3Bucket: ss.S3Bucket}, "", "  ")
+		S3Endpoint: ss.S3Endpoint, S3Bucket: ss.S3Bucket, NATSURL: s.NATSURL}, "", "  ")
 	path := StatePath(s.cfg.DataDir)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
