@@ -8,8 +8,9 @@
 //
 // A backup of `make run` keeps its dev-secrets.json too. A restore replaces
 // the accounts `make run` made at its first start with the backup's, then
-// has `make run` restart its services (SIGHUP), so none keeps what it had
-// cached; with DEV_SECRETS=1 it first takes the secrets bound to the data
+// has `make run` start its services again (SIGUSR1 stops them for the
+// restore, SIGHUP starts them), so none writes meanwhile or keeps what it
+// had cached; with DEV_SECRETS=1 it first takes the secrets bound to the data
 // (auth's AUTH_MFA_KEY, which sealed the TOTP secrets, and the first
 // administrator's login) from the backup into DATA_DIR/dev-secrets.json.
 package main
@@ -105,7 +106,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if getenv("REPLACE") == "1" {
 		args = append(args, "--replace")
 	}
+	// No service may read or write while the data is replaced: make run
+	// stops them until SIGHUP, which starts them again whatever happened.
+	if err := hold(ctx, dataDir, st.PID); err != nil {
+		return err
+	}
 	if err := tool.Run(ctx, env, nil, append(args, where)...); err != nil {
+		if herr := syscall.Kill(st.PID, syscall.SIGHUP); herr == nil {
+			WaitRestarted(ctx, st.GatewayURL, 2*time.Minute)
+		}
 		return err
 	}
 	if getenv("DEV_SECRETS") == "1" {
@@ -125,6 +134,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	fmt.Fprintln(stdout, "the platform serves the restored data:", st.GatewayURL)
 	return nil
+}
+
+// hold asks make run (pid) to stop its services and waits until it has.
+func hold(ctx context.Context, dataDir string, pid int) error {
+	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		if st, err := devenv.ReadState(dataDir); err == nil && st.Held {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			syscall.Kill(pid, syscall.SIGHUP)
+			return errors.New("make run did not stop its services for the restore within 90 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // PlatformEnv is acme-backup's environment for the `make run` of st.

@@ -29,6 +29,8 @@ type State struct {
 	S3Endpoint string `json:"s3Endpoint"`
 	S3Bucket   string `json:"s3Bucket"`
 	NATSURL    string `json:"natsURL"`
+	// Held: SIGUSR1 stopped the services until SIGHUP (make restore).
+	Held bool `json:"held,omitempty"`
 }
 
 // StatePath is DATA_DIR's state file.
@@ -38,7 +40,7 @@ func StatePath(dataDir string) string { return filepath.Join(dataDir, StateFile)
 func (s *Servers) WriteState(p *stack.Platform) error {
 	ss := s.StackServers()
 	b, _ := json.MarshalIndent(State{PID: os.Getpid(), GatewayURL: p.GatewayURL, MongoURL: s.MongoURL, MongoDB: ss.MongoDB,
-		S3Endpoint: ss.S3Endpoint, S3Bucket: ss.S3Bucket, NATSURL: s.NATSURL}, "", "  ")
+		S3Endpoint: ss.S3Endpoint, S3Bucket: ss.S3Bucket, NATSURL: s.NATSURL, Held: p.Held()}, "", "  ")
 	path := StatePath(s.cfg.DataDir)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
@@ -96,11 +98,12 @@ func AuthSecrets(sec Secrets) map[string]string {
 	return map[string]string{"AUTH_MFA_KEY": sec.MFAKey, "ADMIN_EMAIL": sec.AdminEmail, "ADMIN_PASSWORD": sec.AdminPassword}
 }
 
-// Reload reads dev-secrets.json again and restarts the services of p with
-// auth's secrets from it: after `make restore`, no service keeps what it
-// had cached of the data the restore replaced, and auth opens the
-// restored TOTP secrets with the key they were sealed with. The supervisor
-// (stack.Platform.Supervise) starts each stopped process again.
+// Reload reads dev-secrets.json again and (re)starts the services of p
+// with auth's secrets from it: after `make restore`, no service keeps what
+// it had cached of the data the restore replaced, and auth opens the
+// restored TOTP secrets with the key they were sealed with. Services held
+// (Hold, during a restore) are released; running ones are stopped, and the
+// supervisor (stack.Platform.Supervise) starts each again.
 func (s *Servers) Reload(p *stack.Platform) error {
 	sec, err := ReadSecrets(s.SecretsFile)
 	if err != nil {
@@ -109,6 +112,10 @@ func (s *Servers) Reload(p *stack.Platform) error {
 	s.Secrets.MFAKey, s.Secrets.AdminEmail, s.Secrets.AdminPassword = sec.MFAKey, sec.AdminEmail, sec.AdminPassword
 	for k, v := range AuthSecrets(sec) {
 		p.SetEnv("auth", k, v)
+	}
+	if p.Held() {
+		p.Release()
+		return nil
 	}
 	for _, name := range slices.Backward(stack.Services) { // the gateway first: it answers 503 meanwhile
 		if proc := p.Proc(name); proc != nil {
