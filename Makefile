@@ -1,9 +1,9 @@
 # The two commands: `make run` starts the whole platform, `make test` proves it.
 GO       ?= go
-PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/files/... ./services/logs/... ./scripts/...
+PKGS     := ./pkg/... ./gateway/... ./services/auth/... ./services/backup/... ./services/files/... ./services/logs/... ./scripts/...
 TIMEOUT  ?= 30m
 
-.PHONY: run info test test-security test-short test-faults test-compose test-scale test-ha test-swarm soak bench minio vet fmt fuzz packages test-console
+.PHONY: run info backup restore test-backup test test-security test-short test-faults test-compose test-scale test-ha test-swarm soak bench minio vet fmt fuzz packages test-console
 
 ## run: the whole platform on this machine, no Docker (gateway on http://127.0.0.1:8080)
 run:
@@ -12,6 +12,21 @@ run:
 ## info: print make run's banner again (addresses and logins), kept in DATA_DIR/banner.txt (./data by default)
 info:
 	@f="$${DATA_DIR:-data}/banner.txt"; if [ -f "$$f" ]; then cat "$$f"; else echo "no banner in $$f: make run writes it once the platform is up"; exit 1; fi
+
+## backup: a backup of the platform `make run` is running on DATA_DIR into TO (a new directory, or s3://bucket/prefix with BACKUP_TARGET_S3_*), its dev-secrets.json included (docs/operations.md#backups)
+backup:
+	@test -n "$(TO)" || { echo 'usage: make backup TO=DIR'; exit 2; }
+	$(GO) run ./scripts/devbackup backup "$(TO)"
+
+## restore: FROM into the platform `make run` is running on DATA_DIR (one that holds nothing but its first start; REPLACE=1: whatever it holds), then its services restarted; DEV_SECRETS=1 takes AUTH_MFA_KEY and the administrator's login from the backup
+restore:
+	@test -n "$(FROM)" || { echo 'usage: make restore FROM=DIR [DEV_SECRETS=1] [REPLACE=1]'; exit 2; }
+	$(GO) run ./scripts/devbackup restore "$(FROM)"
+
+## test-backup: a platform with data backed up under load, wiped, restored into a new one and checked (docs/testing.md); a damaged backup refused
+test-backup: minio
+	$(GO) test -count=1 -v -timeout 30m ./services/backup/...
+	$(GO) test -count=1 -v -timeout 30m -run '^TestBackup' ./scripts/e2e
 
 ## test: every test, race detector on, against real NATS, FerretDB and MinIO, and the console in Chromium; then the hostile-input suite
 test: packages minio

@@ -35,7 +35,7 @@ import (
 // Images are the modules built into images, relative to the repository root.
 // pkg is built into every service's image; deploy/s3setup is the MinIO
 // image's setup job and stands outside the workspace.
-var Images = []string{"pkg", "gateway", "services/auth", "services/files", "services/logs", "deploy/s3setup"}
+var Images = []string{"pkg", "gateway", "services/auth", "services/backup", "services/files", "services/logs", "deploy/s3setup"}
 
 // Module is one module a build compiles packages from.
 type Module struct {

@@ -95,7 +95,39 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// with a back-off, as compose's `restart: unless-stopped` does; the
 	// platform stops only when asked.
 	supervised := p.Supervise(ctx, stack.DefaultBackoff, out)
-	<-ctx.Done()
+	// `make backup` and `make restore` find the servers here; SIGHUP
+	// (sent by `make restore`) restarts the services with auth's secrets
+	// read again from dev-secrets.json.
+	if err := srv.WriteState(p); err != nil {
+		fmt.Fprintln(out, "warning: the state for make backup could not be kept:", err)
+	}
+	defer srv.RemoveState()
+	hup, usr1 := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(hup)
+	defer signal.Stop(usr1)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-usr1:
+			// `make restore`: no service reads or writes while it runs.
+			fmt.Fprintln(out, "SIGUSR1: stopping the services until SIGHUP (make restore)")
+			p.Hold(20 * time.Second)
+			if err := srv.WriteState(p); err != nil {
+				fmt.Fprintln(out, "warning:", err)
+			}
+		case <-hup:
+			fmt.Fprintln(out, "SIGHUP: restarting the services with the secrets of", srv.SecretsFile)
+			if err := srv.Reload(p); err != nil {
+				fmt.Fprintln(out, "warning: reload:", err)
+			}
+			if err := srv.WriteState(p); err != nil {
+				fmt.Fprintln(out, "warning:", err)
+			}
+		}
+	}
 	fmt.Fprintln(out, "\nstopping...")
 	p.Stop(20 * time.Second)
 	supervised()

@@ -101,6 +101,9 @@ type Platform struct {
 	starts      map[*Proc]started // how each process was started, for Restart
 	out         io.Writer
 	stopping    bool // Stop was called: Supervise restarts nothing more
+	// released is closed by Release; while it is open (after Hold), the
+	// processes stay stopped.
+	released chan struct{}
 }
 
 type started struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -80,13 +82,24 @@ func (p *Platform) supervise(ctx context.Context, proc *Proc, b Backoff, out io.
 			delay = 0
 		}
 		delay = b.next(delay)
-		fmt.Fprintf(out, "supervisor: %s exited (%v) after %s; restarting in %s\n",
-			proc.Name, proc.err, lasted.Round(time.Millisecond), delay)
+		wait := time.After(delay)
+		if held := p.heldUntil(); held != nil {
+			fmt.Fprintf(out, "supervisor: %s stopped and held\n", proc.Name)
+			select {
+			case <-ctx.Done():
+				return
+			case <-held:
+			}
+			delay, wait = 0, time.After(0)
+		} else {
+			fmt.Fprintf(out, "supervisor: %s exited (%v) after %s; restarting in %s\n",
+				proc.Name, proc.err, lasted.Round(time.Millisecond), delay)
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(delay):
+			case <-wait:
 			}
 			if p.isStopping() {
 				return
@@ -102,7 +115,61 @@ func (p *Platform) supervise(ctx context.Context, proc *Proc, b Backoff, out io.
 				break
 			}
 			delay = b.next(delay)
+			wait = time.After(delay)
 			fmt.Fprintf(out, "supervisor: %s did not start again: %v; next attempt in %s\n", proc.Name, err, delay)
 		}
 	}
+}
+
+// SetEnv sets the variable key of every process of the service name to
+// value for its next start (Restart, or Supervise after it exits); the
+// running processes keep theirs.
+func (p *Platform) SetEnv(name, key, value string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for proc, st := range p.starts {
+		if st.name != name {
+			continue
+		}
+		env := slices.DeleteFunc(slices.Clone(st.env), func(e string) bool { return strings.HasPrefix(e, key+"=") })
+		st.env = append(env, key+"="+value)
+		p.starts[proc] = st
+	}
+}
+
+// Hold stops every process of the platform (the gateways first) and keeps
+// them stopped until Release: Supervise starts none of them meanwhile. A
+// restore (`make restore`) writes the data while no service reads or
+// writes it.
+func (p *Platform) Hold(grace time.Duration) {
+	p.mu.Lock()
+	if p.released == nil {
+		p.released = make(chan struct{})
+	}
+	order := append([]*Proc{}, p.order...)
+	p.mu.Unlock()
+	for i := len(order) - 1; i >= 0; i-- {
+		order[i].Stop(grace)
+	}
+}
+
+// Release lets Supervise start the processes Hold stopped, at once.
+func (p *Platform) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released != nil {
+		close(p.released)
+		p.released = nil
+	}
+}
+
+// Held tells whether Hold stopped the processes and Release has not
+// started them again.
+func (p *Platform) Held() bool { return p.heldUntil() != nil }
+
+// heldUntil is the channel Release closes, or nil when not held.
+func (p *Platform) heldUntil() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.released
 }
