@@ -179,6 +179,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"POST", "/me/mfa/totp/disable", "auth", aSession, 400, jsonBody(`{}`)},
 		{"DELETE", "/users/" + unknown + "/mfa", "auth", aAdmin, 404, nil},
 		{"POST", "/signin/passkey/begin", "auth", aPublic, 200, nil},
+		// Mailed codes: no mail on this platform (the settings say off).
+		{"GET", "/signin/email", "auth", aPublic, 200, nil},
+		{"POST", "/signin/email", "auth", aPublic, 503, jsonBody(`{"email":"m@example.com"}`)},
+		{"POST", "/signin/email/verify", "auth", aPublic, 503, jsonBody(`{"email":"m@example.com","code":"123456"}`)},
+		{"POST", "/me/password/code", "auth", aSession, 503, nil},
+		{"POST", "/me/password", "auth", aSession, 503, jsonBody(`{"code":"123456","password":"matrix password 2"}`)},
 		{"POST", "/signin/passkey/finish", "auth", aPublic, 400, jsonBody(`{"ceremony":"x","credential":{}}`)}, // unknown ceremony
 		{"GET", "/me/passkeys", "auth", aSession, 200, nil},
 		{"POST", "/me/passkeys/begin", "auth", aSession, 200, nil},
