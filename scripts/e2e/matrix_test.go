@@ -266,6 +266,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 		keys[caller] = admin.mustStatus(201, "POST", "/me/api-keys", map[string]any{"name": caller, "scopes": scopes})["secret"].(string)
 	}
 	userID := user.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)["id"].(string)
+	// Without mail the sign-in page offers no mailed code.
+	if s := user.mustStatus(200, "GET", "/signin/email", nil); s["enabled"] != false || s["signUp"] != false {
+		t.Fatalf("GET /signin/email without mail: %v", s)
+	}
 	keys[cKeyUser] = admin.mustStatus(201, "POST", "/users/"+userID+"/api-keys", map[string]any{"name": "user key", "scopes": keyScopes[cKeyUser]})["secret"].(string)
 
 	// Tokens for the direct calls: admin claims, signed with a stranger's
