@@ -134,7 +134,11 @@ func (s *Service) SetEmailSignIn(codes EmailCodeStore, cfg EmailSignInConfig) {
 // length.
 func (s *Service) EmailSignIn() (on, signUp bool, digits int) {
 	on = s.emailSignInOn()
-	return on, on && s.codeCfg.SignUp, s.codeCfg.Digits
+	digits = s.codeCfg.Digits
+	if digits == 0 { // not configured (mail off)
+		digits = MinCodeDigits
+	}
+	return on, on && s.codeCfg.SignUp, digits
 }
 
 func (s *Service) emailSignInOn() bool { return s.mail != nil && s.codes != nil && s.codeCfg.On }
