@@ -179,6 +179,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"POST", "/me/mfa/totp/disable", "auth", aSession, 400, jsonBody(`{}`)},
 		{"DELETE", "/users/" + unknown + "/mfa", "auth", aAdmin, 404, nil},
 		{"POST", "/signin/passkey/begin", "auth", aPublic, 200, nil},
+		// Mailed codes: no mail on this platform (the settings say off).
+		{"GET", "/signin/email", "auth", aPublic, 200, nil},
+		{"POST", "/signin/email", "auth", aPublic, 503, jsonBody(`{"email":"m@example.com"}`)},
+		{"POST", "/signin/email/verify", "auth", aPublic, 503, jsonBody(`{"email":"m@example.com","code":"123456"}`)},
+		{"POST", "/me/password/code", "auth", aSession, 503, nil},
+		{"POST", "/me/password", "auth", aSession, 503, jsonBody(`{"code":"123456","password":"matrix password 2"}`)},
 		{"POST", "/signin/passkey/finish", "auth", aPublic, 400, jsonBody(`{"ceremony":"x","credential":{}}`)}, // unknown ceremony
 		{"GET", "/me/passkeys", "auth", aSession, 200, nil},
 		{"POST", "/me/passkeys/begin", "auth", aSession, 200, nil},
@@ -260,6 +266,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 		keys[caller] = admin.mustStatus(201, "POST", "/me/api-keys", map[string]any{"name": caller, "scopes": scopes})["secret"].(string)
 	}
 	userID := user.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)["id"].(string)
+	// Without mail the sign-in page offers no mailed code.
+	if s := user.mustStatus(200, "GET", "/signin/email", nil); s["enabled"] != false || s["signUp"] != false {
+		t.Fatalf("GET /signin/email without mail: %v", s)
+	}
 	keys[cKeyUser] = admin.mustStatus(201, "POST", "/users/"+userID+"/api-keys", map[string]any{"name": "user key", "scopes": keyScopes[cKeyUser]})["secret"].(string)
 
 	// Tokens for the direct calls: admin claims, signed with a stranger's

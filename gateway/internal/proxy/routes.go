@@ -35,6 +35,7 @@ var Routes = []Route{
 	{Prefix: "/signin/mfa", Exact: true, Service: "auth", Access: Public}, // the challenge id is the proof of the password
 	{Prefix: "/signin/passkey", Service: "auth", Access: Public},          // begin, finish: the passkey's signature is the proof
 	{Prefix: "/signin/oidc", Service: "auth", Access: Public},             // identity providers: the list, the redirect, the callback (the provider's signed answer is the proof)
+	{Prefix: "/signin/email", Service: "auth", Access: Public},            // mailed codes: the settings, the request, the code or link (the mailbox is the proof)
 	{Prefix: "/password", Service: "auth", Access: Public},                // forgot, reset: the mailed token is the proof
 	{Prefix: "/email", Service: "auth", Access: Public},                   // verify: the mailed token is the proof
 	{Prefix: "/signout", Exact: true, Service: "auth", Access: Session},

@@ -8,12 +8,15 @@ import { usersPage } from './users.js';
 import { logsPage } from './logs.js';
 import { forgotPage, resetPage, verifyPage, confirmEmailChangePage } from './account.js';
 import { auditPage } from './audit.js';
+import { emailCodePage, emailLinkPage } from './emailcode.js';
 
 export const state = { user: null, cleanup: null };
 
 const routes = {
   '/signin': { page: signinPage, title: 'Sign in', public: true },
   '/forgot': { page: forgotPage, title: 'Forgot password', public: true },
+  '/email-code': { page: emailCodePage, title: 'Sign in with a code', public: true },
+  '/signin-email': { page: emailLinkPage, title: 'Sign in with the link', public: true },
   '/reset': { page: resetPage, title: 'New password', public: true },
   '/verify': { page: verifyPage, title: 'E-mail address', any: true },
   '/confirm-email-change': { page: confirmEmailChangePage, title: 'Change of e-mail address', any: true },

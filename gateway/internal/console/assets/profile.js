@@ -4,6 +4,7 @@ import { apiKeysSection } from './apikeys.js';
 import { mfaSection } from './mfa.js';
 import { passkeysSection } from './passkeys.js';
 import { identitiesSection, takeResult } from './identities.js';
+import { setPasswordSection } from './emailcode.js';
 
 const editable = ['fullName', 'email', 'sector', 'avatarUrl'];
 const messages = {
@@ -157,5 +158,12 @@ export async function profilePage(main, state) {
   }
 
   main.append(form, avatarForm, pform, mfaSection(), passkeysSection(), identitiesSection(takeResult()), sessions, apiKeysSection());
+  // An account without a password (a provider's or a code's sign-up) sets
+  // one, proven by a mailed code, instead of changing it.
+  api('GET', '/me/mfa').then(r => {
+    if (!r || r.password !== false || !pform.isConnected) return;
+    const set = setPasswordSection(() => set.replaceWith(pform));
+    pform.replaceWith(set);
+  }).catch(() => {});
   loadSessions();
 }

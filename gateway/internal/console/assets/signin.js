@@ -3,6 +3,7 @@ import { h, field, errorBox, say } from './dom.js';
 import { go, loadUser } from './app.js';
 import { signInWithPasskey, passkeyMessage, passkeysSupported } from './passkeys.js';
 import { providerButtons, providerMessage, takeResult } from './identities.js';
+import { emailCodeButton } from './emailcode.js';
 
 const messages = {
   invalid_credentials: 'The e-mail or the password is wrong.',
@@ -38,7 +39,7 @@ export function signinPage(main) {
       pkButton.disabled = false;
     }
   });
-  form.append(h('p', { class: 'or' }, 'or'), pkButton, providerButtons());
+  form.append(h('p', { class: 'or' }, 'or'), pkButton, emailCodeButton(), providerButtons());
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     err.show('');

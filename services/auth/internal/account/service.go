@@ -35,13 +35,15 @@ type Service struct {
 	throttle   ThrottleStore
 	hasher     *password.Hasher
 	pub        Publisher
-	cache      UserCache     // nil: every read goes to the store
-	mail       *mailState    // nil: mail is off
-	events     EventSink     // nil: events are not recorded
-	keys       APIKeyStore   // nil: API keys are off
-	mfa        *mfaState     // nil: no second factor
-	passkeys   *passkeyState // nil: no passkeys
-	identities IdentityStore // nil: no identity providers (NewIdentities sets it)
+	cache      UserCache      // nil: every read goes to the store
+	mail       *mailState     // nil: mail is off
+	events     EventSink      // nil: events are not recorded
+	keys       APIKeyStore    // nil: API keys are off
+	mfa        *mfaState      // nil: no second factor
+	passkeys   *passkeyState  // nil: no passkeys
+	identities IdentityStore  // nil: no identity providers (NewIdentities sets it)
+	codes      EmailCodeStore // nil: no mailed codes (SetEmailSignIn sets it)
+	codeCfg    EmailSignInConfig
 	// methodLocks queues this process's removals of ways to sign in.
 	methodLocks methodLocks
 	userEvents  UserEvents // nil: deletions are not announced

@@ -29,6 +29,7 @@ type MFAStatus struct {
 	RecoveryCodesLeft int
 	Passkeys          int  // registered passkeys
 	Required          bool // an administrator who must enrol (TOTP or a passkey)
+	Password          bool // the account has a password (else it may set one by a mailed code)
 }
 
 // MFAStatus returns the caller's second factor state.
@@ -43,7 +44,7 @@ func (s *Service) MFAStatus(ctx context.Context, userID string) (MFAStatus, erro
 	if err != nil {
 		return MFAStatus{}, err
 	}
-	st := MFAStatus{Enabled: u.MFAEnabled, Required: s.AdminNeedsMFA(u)}
+	st := MFAStatus{Enabled: u.MFAEnabled, Required: s.AdminNeedsMFA(u), Password: u.PasswordHash != ""}
 	if u.MFAEnabled {
 		f, err := s.mfa.factors.Get(ctx, userID)
 		if err != nil && !errors.Is(err, ErrFactorNotFound) {

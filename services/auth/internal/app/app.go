@@ -210,6 +210,7 @@ func newAccounts(p *service.Process, cfg Config, db *mongo.Database) (*account.S
 			return nil, nil, err
 		}
 		svc.SetMail(m, mongostore.NewTokens(db), cfg.Mail)
+		svc.SetEmailSignIn(mongostore.NewEmailCodes(db), cfg.EmailSignIn)
 		p.Defer(svc.Close) // after the server stops: deliveries under way finish
 	} else {
 		log.Info("mail is off (AUTH_SMTP_HOST not set): no password reset, no address verification")

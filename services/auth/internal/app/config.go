@@ -64,7 +64,7 @@ var Settings = config.Table{
 	{Key: "SMTP_PASSWORD", File: true, Secret: true, Doc: "SMTP AUTH password"},
 	{Key: "SMTP_FROM", Default: "ACME Platform <no-reply@acme.local>", Doc: "sender of every mail"},
 	{Key: "SMTP_TIMEOUT", Kind: config.Duration, Default: "30s", Doc: "one delivery"},
-	{Key: "MAIL_TEMPLATES_DIR", Doc: "files (`reset.txt`, `reset.html`, `verify.*`, `email_changed.*`, `email_in_use.*`) replacing the built-in templates"},
+	{Key: "MAIL_TEMPLATES_DIR", Doc: "files (`reset.txt`, `reset.html`, `verify.*`, `email_changed.*`, `email_in_use.*`, `email_change_confirm.*`, `signin_code.*`, `signup_code.*`, `password_code.*`) replacing the built-in templates"},
 	{Key: "MAIL_MAX_PENDING", Kind: config.Int, Default: "64", Doc: "deliveries in flight (more: 503 `busy`)"},
 	{Key: "PUBLIC_URL", Default: "http://127.0.0.1:8080", Doc: "the gateway's public address, used in mailed links"},
 	{Key: "RESET_TTL", Kind: config.Duration, Default: "30m", Doc: "life of a password reset link"},
@@ -72,6 +72,14 @@ var Settings = config.Table{
 	{Key: "RESET_THROTTLE_ACCOUNT_MAX", Kind: config.Int, Default: "3", Doc: "reset requests per e-mail per window"},
 	{Key: "RESET_THROTTLE_ADDRESS_MAX", Kind: config.Int, Default: "20", Doc: "reset requests per client address per window"},
 	{Key: "RESET_THROTTLE_WINDOW", Kind: config.Duration, Default: "1h", Doc: "window of the two above"},
+	{Key: "EMAIL_SIGNIN", Kind: config.Bool, Default: "true", Doc: "sign-in by a code (and a link) mailed to the address, when mail is on; `false`: the sign-in page does not offer it and its routes answer 503 `email_signin_disabled`"},
+	{Key: "EMAIL_SIGNIN_TTL", Kind: config.Duration, Default: "10m", Doc: "life of a mailed sign-in code and its link (and of a code that sets a first password)"},
+	{Key: "EMAIL_SIGNIN_CODE_DIGITS", Kind: config.Int, Default: "6", Doc: "digits of a mailed code (6 to 8)"},
+	{Key: "EMAIL_SIGNIN_THROTTLE_ACCOUNT_MAX", Kind: config.Int, Default: "5", Doc: "codes asked for per e-mail address per window, sign-in and password codes together (0 = off)"},
+	{Key: "EMAIL_SIGNIN_THROTTLE_ADDRESS_MAX", Kind: config.Int, Default: "20", Doc: "codes asked for per client address per window (0 = off)"},
+	{Key: "EMAIL_SIGNIN_THROTTLE_WINDOW", Kind: config.Duration, Default: "1h", Doc: "window of the two above; past a limit, 429 for the rest of it"},
+	{Key: "EMAIL_SIGNIN_SIGNUP", Kind: config.Bool, Default: "false", Doc: "an address without an account, in `AUTH_EMAIL_SIGNIN_ALLOWED_DOMAINS`, is mailed a code that creates its account (address verified, no password)"},
+	{Key: "EMAIL_SIGNIN_ALLOWED_DOMAINS", Kind: config.List, Doc: "e-mail domains that may sign up by code; required when `AUTH_EMAIL_SIGNIN_SIGNUP` is true"},
 	{Key: "REQUIRE_VERIFIED_EMAIL", Kind: config.Bool, Default: "false", Doc: "unverified users get 403 `email_unverified` at sign-in (needs mail)"},
 	{Key: "MFA_ISSUER", Default: "ACME Platform", Doc: "issuer shown by authenticator apps (no colon)"},
 	{Key: "MFA_KEY", File: true, Secret: true, Doc: "at least 32 random characters sealing the TOTP secrets; empty: stored unsealed (a warning at start-up)"},
@@ -130,6 +138,7 @@ type Config struct {
 	AuditLinger     time.Duration // how long an audit record waits for others to be published with
 	SMTP            mailer.Config // SMTP.Host empty: mail is off
 	Mail            account.MailConfig
+	EmailSignIn     account.EmailSignInConfig
 	MFA             account.MFAConfig
 	Passkeys        account.PasskeyConfig // RPID empty: passkeys are off
 	// IdentityProviders: sign-in with OpenID Connect providers and GitHub.
@@ -139,6 +148,7 @@ type Config struct {
 	argon2                [3]int        // memory, time, threads as set, checked by check
 	lock, lockMax         time.Duration // the sign-in throttle's locks
 	emailWindow, resetWin time.Duration
+	codeWindow            time.Duration
 	ceremonyWindow        time.Duration
 }
 
@@ -244,6 +254,16 @@ func loadMail(r *config.Reader, c *Config) {
 		ResetAddress:  windowRule(r.Int("RESET_THROTTLE_ADDRESS_MAX"), c.resetWin),
 		RequireVerify: r.Bool("REQUIRE_VERIFIED_EMAIL"),
 		MaxPending:    r.Int("MAIL_MAX_PENDING"),
+	}
+	c.codeWindow = r.Duration("EMAIL_SIGNIN_THROTTLE_WINDOW")
+	c.EmailSignIn = account.EmailSignInConfig{
+		On:             r.Bool("EMAIL_SIGNIN"),
+		TTL:            r.Duration("EMAIL_SIGNIN_TTL"),
+		Digits:         r.Int("EMAIL_SIGNIN_CODE_DIGITS"),
+		Account:        windowRule(r.Int("EMAIL_SIGNIN_THROTTLE_ACCOUNT_MAX"), c.codeWindow),
+		Address:        windowRule(r.Int("EMAIL_SIGNIN_THROTTLE_ADDRESS_MAX"), c.codeWindow),
+		SignUp:         r.Bool("EMAIL_SIGNIN_SIGNUP"),
+		AllowedDomains: r.List("EMAIL_SIGNIN_ALLOWED_DOMAINS"),
 	}
 }
 
@@ -358,6 +378,24 @@ func (c *Config) checkMail() []string {
 		problems = append(problems, "AUTH_RESET_TTL, AUTH_VERIFY_TTL, AUTH_RESET_THROTTLE_WINDOW, AUTH_SMTP_TIMEOUT must be positive and AUTH_MAIL_MAX_PENDING at least 1")
 	}
 	c.Mail.SendTimeout = c.SMTP.Timeout + 10*time.Second
+	return append(problems, c.checkEmailSignIn()...)
+}
+
+// checkEmailSignIn checks the mailed codes' settings (read with mail on).
+func (c *Config) checkEmailSignIn() []string {
+	var problems []string
+	e := c.EmailSignIn
+	if e.TTL <= 0 || c.codeWindow <= 0 {
+		problems = append(problems, "AUTH_EMAIL_SIGNIN_TTL and AUTH_EMAIL_SIGNIN_THROTTLE_WINDOW must be positive")
+	}
+	if e.Digits < account.MinCodeDigits || e.Digits > account.MaxCodeDigits {
+		problems = append(problems, "AUTH_EMAIL_SIGNIN_CODE_DIGITS must be 6, 7 or 8")
+	}
+	// Anyone may ask for a code: sign-up by code is for named domains
+	// only, never every address on the internet.
+	if e.SignUp && len(e.AllowedDomains) == 0 {
+		problems = append(problems, "AUTH_EMAIL_SIGNIN_SIGNUP needs AUTH_EMAIL_SIGNIN_ALLOWED_DOMAINS (the domains whose addresses may sign up)")
+	}
 	return problems
 }
 

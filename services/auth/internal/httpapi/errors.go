@@ -24,6 +24,7 @@ var errorMap = []errorRow{
 	}),
 	web.ErrorAs[account.ThrottledError](throttled),
 	web.ErrorAs[account.PasskeyError](passkeyRefused),
+	web.ErrorAs[account.EmailCodeWrong](wrongEmailCode),
 
 	is(account.ErrInvalidCredentials, http.StatusUnauthorized, "invalid_credentials", "invalid e-mail or password"),
 	is(account.ErrInvalidSession, http.StatusUnauthorized, "invalid_session", "the session is unknown or has expired"),
@@ -61,6 +62,10 @@ var errorMap = []errorRow{
 	is(account.ErrIdentityEmailTaken, http.StatusConflict, "identity_email_taken", "an account with this e-mail address exists: sign in to it and link the provider from your profile"),
 	is(account.ErrLastSignInMethod, http.StatusConflict, "last_sign_in_method", "this is the last way to sign in to the account: add a passkey, link a provider or set a password first"),
 	is(account.ErrMethodsBusy, http.StatusConflict, "sign_in_methods_busy", "another change to the account's ways to sign in is under way: try again"),
+	is(account.ErrEmailSignInDisabled, http.StatusServiceUnavailable, "email_signin_disabled", "sign-in by e-mail code is turned off on this platform"),
+	is(account.ErrWrongEmailCode, http.StatusUnauthorized, "invalid_code", "the code is wrong"),
+	is(account.ErrEmailCodeVoid, http.StatusUnauthorized, "code_void", "no code is waiting for this address: it expired, was used, was replaced by a newer one or was tried 5 times; ask for a new one"),
+	is(account.ErrPasswordSet, http.StatusConflict, "password_set", "the account has a password: change it with the current one, or reset it by mail"),
 	is(account.ErrTooManyPasskeys, http.StatusConflict, "too_many_passkeys", "this account has the most passkeys allowed: remove one first"),
 
 	// A request that ran out of its time (Options.RequestTimeout), most
@@ -129,6 +134,13 @@ func passkeyRefused(_ *fiber.Ctx, pe *account.PasskeyError) *web.Error {
 		status, what = http.StatusUnauthorized, "the passkey sign-in failed: "
 	}
 	return web.Errorf(status, pe.Code, what+pe.Detail)
+}
+
+// wrongEmailCode is 401 invalid_code with the tries the code has left
+// (0: it is void now).
+func wrongEmailCode(_ *fiber.Ctx, e *account.EmailCodeWrong) *web.Error {
+	return &web.Error{Status: http.StatusUnauthorized, Code: "invalid_code",
+		Body: fiber.Map{"error": "the code is wrong", "triesLeft": e.TriesLeft}}
 }
 
 // internal marks an error that is never a client's answer.

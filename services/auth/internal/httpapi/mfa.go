@@ -52,7 +52,7 @@ func (a *API) mfaStatus(c *fiber.Ctx) error {
 	if err != nil {
 		return apiError(c, err)
 	}
-	return c.JSON(fiber.Map{"totp": st.Enabled, "recoveryCodesLeft": st.RecoveryCodesLeft, "passkeys": st.Passkeys, "required": st.Required})
+	return c.JSON(fiber.Map{"totp": st.Enabled, "recoveryCodesLeft": st.RecoveryCodesLeft, "passkeys": st.Passkeys, "required": st.Required, "password": st.Password})
 }
 
 // POST /me/mfa/totp: starts (or restarts) an enrolment.

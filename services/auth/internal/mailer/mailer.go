@@ -1,5 +1,5 @@
 // Package mailer sends the auth service's messages (password reset, address
-// verification, address change notice, address in use) over SMTP with
+// verification, address change notice, address in use, sign-in codes) over SMTP with
 // github.com/wneessen/go-mail. Each message has a plain-text template
 // (NAME.txt, which also defines the "subject" template) and an HTML
 // template (NAME.html); both are embedded, and an operator may replace any
@@ -36,9 +36,17 @@ const (
 	// ConfirmEmailChange is the link to the current address that confirms
 	// a change asked for without the password.
 	ConfirmEmailChange = "email_change_confirm"
+	// SignInCode is a sign-in code and link to an account's address.
+	SignInCode = "signin_code"
+	// SignUpCode is a sign-in code and link to an address without an
+	// account, which the code creates (sign-up by code is on).
+	SignUpCode = "signup_code"
+	// PasswordCode is the code that lets an account without a password
+	// set one from the profile.
+	PasswordCode = "password_code"
 )
 
-var names = []string{Reset, Verify, EmailChanged, EmailInUse, ConfirmEmailChange}
+var names = []string{Reset, Verify, EmailChanged, EmailInUse, ConfirmEmailChange, SignInCode, SignUpCode, PasswordCode}
 
 // TLS modes.
 const (
@@ -66,7 +74,8 @@ type Data struct {
 	Name     string // the user's full name
 	Email    string // the address written to
 	NewEmail string // EmailChanged, ConfirmEmailChange: the address asked for
-	Link     string // Reset, Verify, ConfirmEmailChange
+	Link     string // Reset, Verify, ConfirmEmailChange, SignInCode, SignUpCode
+	Code     string // SignInCode, SignUpCode, PasswordCode: the one-time code
 	Valid    string // how long the link works, e.g. "30 minutes"
 }
 
@@ -125,7 +134,7 @@ func New(cfg Config) (*Mailer, error) {
 		m.html[n] = h
 		// Render once with sample data so a template that fails on use
 		// fails at start-up instead.
-		if _, _, _, err := m.render(n, Data{Name: "n", Email: "a@example.com", NewEmail: "b@example.com", Link: "https://example.com/", Valid: "30 minutes"}); err != nil {
+		if _, _, _, err := m.render(n, Data{Name: "n", Email: "a@example.com", NewEmail: "b@example.com", Link: "https://example.com/", Code: "123456", Valid: "30 minutes"}); err != nil {
 			return nil, err
 		}
 	}
