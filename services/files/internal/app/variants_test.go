@@ -10,13 +10,18 @@ import (
 	"image/png"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/acme/platform/pkg/metrics/metricstest"
 	"github.com/acme/platform/pkg/testkit/apptest"
+	"github.com/acme/platform/pkg/userevents"
 	"github.com/gen2brain/webp"
+	"github.com/minio/minio-go/v7"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // gradient is a w×h opaque image whose colour changes across it.
@@ -261,5 +266,101 @@ func TestImageVariantRenderedOnce(t *testing.T) {
 	}
 	if got := h.renders(t); got != 0 {
 		t.Fatalf("rendered again after a restart (%v renders)", got)
+	}
+}
+
+// second starts another replica on h's database, bucket and NATS prefix.
+func (h *harness) second(t *testing.T) *harness {
+	t.Helper()
+	tusc := make(chan string, 1)
+	svc := apptest.Start(t, func(ctx context.Context, getenv func(string) string, stdout io.Writer, ready func(string)) error {
+		return run(ctx, getenv, stdout, ready, hooks{tusReady: func(a string) { tusc <- a }})
+	}, h.env.Getenv, apptest.Options{})
+	h2 := *h
+	h2.svc, h2.base, h2.tus = svc, svc.URL, "http://"+<-tusc
+	return &h2
+}
+
+// Two replicas asked for the same new variant at once: one object stored,
+// one stored render counted across both, the image's count 1.
+func TestImageVariantAcrossReplicas(t *testing.T) {
+	h := start(t, nil, hooks{})
+	h2 := h.second(t)
+	tok := h.user("carol")
+	id := uploadImage(t, h, tok, jpegBytes(t, gradient(1600, 1200)))["id"].(string)
+	anon := h.anonymous()
+	for round := range 3 {
+		q := fmt.Sprintf("/images/%s?w=%d&h=%d", id, 90+round, 60)
+		var wg sync.WaitGroup
+		bodies := make([][]byte, 8)
+		for i := range 8 {
+			wg.Go(func() {
+				r := []*harness{h, h2}[i%2].get(q, anon, nil)
+				if r.StatusCode == http.StatusOK {
+					bodies[i] = r.body
+				}
+			})
+		}
+		wg.Wait()
+		for i, b := range bodies {
+			if b == nil {
+				t.Fatalf("round %d: request %d failed", round, i)
+			}
+		}
+	}
+	if got := h.renders(t) + h2.renders(t); got != 3 {
+		t.Fatalf("%v stored renders across two replicas, want 3", got)
+	}
+	if keys := h.variantKeys(t); len(keys) != 3 {
+		t.Fatalf("variant objects %v", keys)
+	}
+	var d struct {
+		Variants int64 `bson:"variants"`
+	}
+	if err := h.kit.Mongo.Database(h.env["MONGO_DB"]).Collection("files").FindOne(context.Background(), bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil || d.Variants != 3 {
+		t.Fatalf("the image counts %d variants (%v), want 3", d.Variants, err)
+	}
+}
+
+// A deleted user's erasure removes their images' variants too.
+func TestImageVariantsErased(t *testing.T) {
+	h := start(t, nil, hooks{})
+	tok := h.user("dave")
+	id := uploadImage(t, h, tok, jpegBytes(t, gradient(200, 100)))["id"].(string)
+	for _, q := range []string{"w=50", "w=20&format=png", "h=10&format=webp"} {
+		wantStatus(t, h.get("/images/"+id+"?"+q, h.anonymous(), nil), http.StatusOK)
+	}
+	if n := len(h.variantKeys(t)); n != 3 {
+		t.Fatalf("%d variants", n)
+	}
+	ctx := context.Background()
+	if err := userevents.EnsureStream(ctx, h.kit.JS, h.env["NATS_SUBJECT_PREFIX"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := userevents.PublishDeleted(ctx, h.kit.JS, h.env["NATS_SUBJECT_PREFIX"], "dave"); err != nil {
+		t.Fatal(err)
+	}
+	h.assertNothingStored(t)
+}
+
+// The sweeper removes a variant whose image has no record (a render that
+// stored after its image's deletion).
+func TestOrphanVariantSwept(t *testing.T) {
+	h := start(t, map[string]string{"FILES_SWEEP_INTERVAL": "100ms", "FILES_SWEEP_AGE": "1s"}, hooks{})
+	tok := h.user("erin")
+	id := uploadImage(t, h, tok, jpegBytes(t, gradient(200, 100)))["id"].(string)
+	wantStatus(t, h.get("/images/"+id+"?w=50", h.anonymous(), nil), http.StatusOK)
+	orphan := "variants/2026/01/" + strings.Repeat("ab", 16) + "/10x10-q82.jpeg"
+	if _, err := h.kit.S3.PutObject(context.Background(), h.env["S3_BUCKET"], orphan, bytes.NewReader([]byte("x")), 1, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apptest.Eventually(t, 20*time.Second, func() error {
+		if slices.Contains(h.variantKeys(t), orphan) {
+			return fmt.Errorf("orphan variant still there")
+		}
+		return nil
+	})
+	if n := len(h.variantKeys(t)); n != 1 {
+		t.Fatalf("the sweeper removed a live variant: %v", h.variantKeys(t))
 	}
 }
