@@ -48,6 +48,9 @@ func parseVariant(visit func(func(k, v []byte)), accept string) (files.VariantRe
 			return
 		}
 		key := string(k)
+		if key == "" {
+			return // "?&w=1", "?=": nothing to name; ignored
+		}
 		if !variantParams[key] {
 			if len(key) > 32 {
 				key = key[:32]
