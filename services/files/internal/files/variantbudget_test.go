@@ -44,13 +44,15 @@ func (s *oneImage) GiveBackVariant(context.Context, string) error {
 // memObjects is an ObjectStore in memory, with the conditional put.
 type memObjects struct {
 	ObjectStore
-	mu sync.Mutex
-	m  map[string][]byte
+	mu   sync.Mutex
+	m    map[string][]byte
+	gets int
 }
 
 func (o *memObjects) Get(_ context.Context, key string, _, _ int64) (*Object, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.gets++
 	b, ok := o.m[key]
 	if !ok {
 		return nil, ErrNotFound
@@ -79,33 +81,41 @@ func (o *memObjects) PutNew(_ context.Context, key string, data []byte, _, _ str
 }
 
 func variantService(t *testing.T, wait time.Duration) (*Service, *oneImage, string) {
+	s, st, _, id := variantServiceObjects(t, wait)
+	return s, st, id
+}
+
+func variantServiceObjects(t *testing.T, wait time.Duration) (*Service, *oneImage, *memObjects, string) {
 	t.Helper()
 	var b bytes.Buffer
 	if err := jpeg.Encode(&b, image.NewGray(image.Rect(0, 0, 300, 200)), nil); err != nil {
 		t.Fatal(err)
 	}
-	f := &File{ID: NewID(), Kind: KindImage, Type: "image/jpeg", Key: "images/2026/01/x", Width: 300, Height: 200, CreatedAt: time.Now()}
+	f := &File{ID: NewID(), Kind: KindImage, Type: "image/jpeg", Key: "images/2026/01/x", Width: 300, Height: 200,
+		Size: int64(b.Len()), Stored: int64(b.Len()), CreatedAt: time.Now()}
 	st := &oneImage{f: f}
-	s := NewService(st, &memObjects{m: map[string][]byte{f.Key: b.Bytes()}}, nil, Config{
+	objs := &memObjects{m: map[string][]byte{f.Key: b.Bytes()}}
+	s := NewService(st, objs, nil, Config{
 		ImageConcurrency: 1, ImageWait: wait, ImageMemory: 256 << 20, ImageMaxBytes: 1 << 20,
 		Image:    imaging.Options{MaxPixels: 40_000_000, MaxSide: 256, MaxMemory: 256 << 20, MaxScans: 16, JPEGQuality: 80},
 		Variants: VariantConfig{MaxSide: 256, PerImage: 10, MetaCache: 100},
 	})
-	return s, st, f.ID
+	return s, st, objs, f.ID
 }
 
 // A render that cannot get a slot within ImageWait is ErrBusy (503 busy
-// with Retry-After), and its count is given back; once the slot is free
-// the same variant renders.
+// with Retry-After), its count is given back and the stored image was not
+// even read (the budget comes first); once the slot is free the same
+// variant renders.
 func TestVariantBusy(t *testing.T) {
-	s, st, id := variantService(t, 50*time.Millisecond)
+	s, st, objs, id := variantServiceObjects(t, 50*time.Millisecond)
 	s.sem <- struct{}{} // another image holds the only slot
 	_, err := s.Variant(context.Background(), id, VariantRequest{Width: 30})
 	if !errors.Is(err, ErrBusy) {
 		t.Fatalf("err %v, want ErrBusy", err)
 	}
-	if st.taken.Load() != 1 || st.givenBack.Load() != 1 {
-		t.Fatalf("taken %d, given back %d", st.taken.Load(), st.givenBack.Load())
+	if st.taken.Load() != 1 || st.givenBack.Load() != 1 || objs.gets != 0 {
+		t.Fatalf("taken %d, given back %d, image read %d times", st.taken.Load(), st.givenBack.Load(), objs.gets)
 	}
 	<-s.sem
 	v, err := s.Variant(context.Background(), id, VariantRequest{Width: 30})

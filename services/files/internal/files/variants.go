@@ -253,12 +253,7 @@ func (s *Service) makeVariant(ctx context.Context, f *File, v imaging.Variant, k
 			s.giveBackVariant(ctx, f.ID)
 		}
 	}()
-	src, err := s.readImage(ctx, f)
-	if err != nil {
-		return File{}, err
-	}
-	out, err := s.renderVariant(ctx, src, v)
-	src = nil
+	out, err := s.renderVariant(ctx, f, v)
 	if err != nil {
 		return File{}, err
 	}
@@ -287,16 +282,16 @@ func (s *Service) giveBackVariant(ctx context.Context, id string) {
 	}
 }
 
-// readImage reads a stored image whole (it is at most the longest side
-// the service stores, re-encoded).
+// readImage reads a stored image whole: the bytes its record counts (at
+// most the longest side the service stores, re-encoded).
 func (s *Service) readImage(ctx context.Context, f *File) ([]byte, error) {
 	obj, err := s.objects.Get(ctx, f.Key, 0, -1)
 	if err != nil {
 		return nil, err
 	}
 	defer obj.Body.Close()
-	if obj.Size > s.cfg.ImageMaxBytes && s.cfg.ImageMaxBytes > 0 || obj.Size < 0 {
-		return nil, fmt.Errorf("%w: stored image %s has %d bytes", ErrBadImage, f.Key, obj.Size)
+	if obj.Size != f.Stored {
+		return nil, fmt.Errorf("%w: stored image %s has %d bytes, its record says %d", ErrBadImage, f.Key, obj.Size, f.Stored)
 	}
 	b := make([]byte, obj.Size)
 	if _, err := io.ReadFull(obj.Body, b); err != nil {
@@ -305,20 +300,29 @@ func (s *Service) readImage(ctx context.Context, f *File) ([]byte, error) {
 	return b, nil
 }
 
-// renderVariant renders v from the stored image src under the limits of
-// image work (processImage's): its cost checked against the per-image
-// budget, then a slot and its memory, then the deadline.
-func (s *Service) renderVariant(ctx context.Context, src []byte, v imaging.Variant) (imaging.Result, error) {
-	cost, err := imaging.VariantCost(src, s.cfg.Image, v)
-	if err != nil {
-		return imaging.Result{}, imageError(err)
-	}
-	if cost.Bytes() > s.cfg.Image.MaxMemory {
-		return imaging.Result{}, fmt.Errorf("%w: the variant needs %d bytes, over %d", ErrImageTooMuchMemory, cost.Bytes(), s.cfg.Image.MaxMemory)
+// renderVariant renders v from the stored image f under the limits of
+// image work (processImage's): its cost, bounded from the record, checked
+// against the per-image budget, then a slot and that memory taken before
+// the stored image is read, then the deadline. The image's header is
+// checked as any upload's (scans, pixels, memory) before it is decoded.
+func (s *Service) renderVariant(ctx context.Context, f *File, v imaging.Variant) (imaging.Result, error) {
+	weight := imaging.VariantBound(f.Width, f.Height, f.Stored, v)
+	if weight > s.cfg.Image.MaxMemory {
+		return imaging.Result{}, fmt.Errorf("%w: the variant needs up to %d bytes, over %d", ErrImageTooMuchMemory, weight, s.cfg.Image.MaxMemory)
 	}
 	var out imaging.Result
-	err = s.withImageBudget(ctx, cost.Bytes()+int64(len(src)), func(ctx context.Context) error {
-		var err error
+	err := s.withImageBudget(ctx, weight, func(ctx context.Context) error {
+		src, err := s.readImage(ctx, f)
+		if err != nil {
+			return err
+		}
+		cost, err := imaging.VariantCost(src, s.cfg.Image, v)
+		if err != nil {
+			return err
+		}
+		if c := cost.Bytes() + int64(len(src)); c > weight {
+			return fmt.Errorf("%w: the stored image %s needs %d bytes, over the %d its record allows", ErrBadImage, f.Key, c, weight)
+		}
 		out, err = imaging.Render(ctx, src, s.cfg.Image, v)
 		return err
 	})

@@ -109,13 +109,29 @@ const (
 )
 
 // VariantCost is what rendering v from the stored image b takes, from b's
-// header: decoding it, the resized image, one band of source rows, the
-// accumulators, and the encoder's output (and for WebP its own memory).
+// header: decoding it, then what VariantBound counts after the decode.
 func VariantCost(b []byte, o Options, v Variant) (Cost, error) {
 	c, err := Check(b, o)
 	if err != nil {
 		return c, err
 	}
+	c.ProcessBytes = variantProcessBytes(v)
+	return c, nil
+}
+
+// VariantBound bounds VariantCost for a stored image of w×h pixels
+// (re-encoded by Process: 8-bit, so at most 4 bytes a decoded pixel) of
+// size bytes, without reading it, so that its budget can be taken before
+// the image is read: the file, its decode and what VariantCost counts
+// after it.
+func VariantBound(w, h int, size int64, v Variant) int64 {
+	return size + int64(w)*int64(h)*4 + int64(fixedOverhead) + variantProcessBytes(v)
+}
+
+// variantProcessBytes is what a render allocates after the decode: the
+// resized image, one band of source rows, the accumulators, the encoder's
+// output (and for WebP the encoder's own memory).
+func variantProcessBytes(v Variant) int64 {
 	ow, oh := int64(v.Width), int64(v.Height)
 	cw, ch := int64(v.Crop.Dx()), int64(v.Crop.Dy())
 	n := int64(fixedOverhead)
@@ -128,8 +144,7 @@ func VariantCost(b []byte, o Options, v Variant) (Cost, error) {
 	if v.Format == WebP {
 		n += webpEncodeFixed + ow*oh*webpEncodePerPixel
 	}
-	c.ProcessBytes = n
-	return c, nil
+	return n
 }
 
 // ErrBadVariant means a variant cannot be made as asked (its size is
