@@ -22,9 +22,11 @@ import (
 // the cache.
 //
 // It is correct because the files service never writes an object twice
-// under one key (the key holds the record's id and creation time): the
-// bytes fetched once for a key are the key's bytes for as long as it
-// exists. A deleted file is never sent from the cache (the files service
+// under one key (the key holds the record's id and creation time; an
+// image variant's, its image's and its canonical parameters, written only
+// when absent): the bytes fetched once for a key are the key's bytes for
+// as long as it exists. The objects of one record (an image and its
+// variants) are forgotten together. A deleted file is never sent from the cache (the files service
 // no longer hands it off); its bytes also leave the cache as soon as the
 // deletion message arrives (Forget, fed from DeletedSubject by the
 // gateway), and at the latest TTL after they were cached.
@@ -77,12 +79,12 @@ type objectCache struct {
 	held                 prometheus.Gauge
 
 	mu       sync.Mutex
-	size     int64                    // bytes cached
-	inflight int64                    // bytes being read into the cache (filling), at most cfg.Bytes
-	lru      list.List                // of *cachedObject, most recently sent first
-	byKey    map[string]*list.Element // by object (Answer.URL's path)
-	byFile   map[string]string        // record id → object key
-	seen     map[string]time.Time     // objects fetched whole once, by when they expire
+	size     int64                      // bytes cached
+	inflight int64                      // bytes being read into the cache (filling), at most cfg.Bytes
+	lru      list.List                  // of *cachedObject, most recently sent first
+	byKey    map[string]*list.Element   // by object (Answer.URL's path)
+	byFile   map[string]map[string]bool // record id → its objects' keys (an image and its variants)
+	seen     map[string]time.Time       // objects fetched whole once, by when they expire
 }
 
 type cachedObject struct {
@@ -106,7 +108,7 @@ func newObjectCache(cfg CacheConfig, reg prometheus.Registerer) *objectCache {
 	}
 	return &objectCache{cfg: cfg, hits: results.WithLabelValues("hit"), misses: results.WithLabelValues("miss"),
 		stored: results.WithLabelValues("stored"), held: held,
-		byKey: map[string]*list.Element{}, byFile: map[string]string{}, seen: map[string]time.Time{}}
+		byKey: map[string]*list.Element{}, byFile: map[string]map[string]bool{}, seen: map[string]time.Time{}}
 }
 
 // get returns the bytes a hands off from the cached object key: all of it
@@ -210,7 +212,10 @@ func (c *objectCache) put(key, file string, data []byte, now time.Time) {
 	o := &cachedObject{key: key, file: file, data: data, expires: now.Add(c.cfg.TTL)}
 	c.byKey[key] = c.lru.PushFront(o)
 	if file != "" {
-		c.byFile[file] = key
+		if c.byFile[file] == nil {
+			c.byFile[file] = map[string]bool{}
+		}
+		c.byFile[file][key] = true
 	}
 	c.size += int64(len(data))
 	c.held.Set(float64(c.size))
@@ -222,8 +227,10 @@ func (c *objectCache) forget(files ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range files {
-		if e, ok := c.byKey[c.byFile[f]]; ok {
-			c.remove(e)
+		for key := range c.byFile[f] {
+			if e, ok := c.byKey[key]; ok {
+				c.remove(e)
+			}
 		}
 	}
 }
@@ -241,8 +248,11 @@ func (c *objectCache) clear() {
 func (c *objectCache) remove(e *list.Element) {
 	o := c.lru.Remove(e).(*cachedObject)
 	delete(c.byKey, o.key)
-	if o.file != "" && c.byFile[o.file] == o.key {
-		delete(c.byFile, o.file)
+	if keys := c.byFile[o.file]; keys != nil {
+		delete(keys, o.key)
+		if len(keys) == 0 {
+			delete(c.byFile, o.file)
+		}
 	}
 	c.size -= int64(len(o.data))
 	c.held.Set(float64(c.size))

@@ -168,3 +168,19 @@ func TestApplyDeletedIgnoresOwners(t *testing.T) {
 		t.Fatalf("an insert's message: %s %v", body, err)
 	}
 }
+
+// An image and its variants are objects of one record: forgetting the
+// record drops them all, and nothing of another record.
+func TestForgetDropsEveryObjectOfARecord(t *testing.T) {
+	c := newObjectCache(CacheConfig{Bytes: 10_000, MaxObject: 1_000, TTL: time.Minute}, nil)
+	now := time.Now()
+	obj := func(b byte) []byte { return bytes.Repeat([]byte{b}, 100) }
+	c.done(0, "/b/images/img", "img", obj('i'), now)
+	c.done(0, "/b/variants/img/100x100c-q82.jpeg", "img", obj('v'), now)
+	c.done(0, "/b/variants/img/50x50.png", "img", obj('w'), now)
+	c.done(0, "/b/files/other", "other", obj('o'), now)
+	c.forget("img")
+	if c.size != 100 || len(c.byKey) != 1 || len(c.byFile) != 1 || c.byKey["/b/files/other"] == nil {
+		t.Fatalf("after forgetting img: %d bytes, keys %v", c.size, c.byFile)
+	}
+}

@@ -2,11 +2,12 @@
 // four processes, then measures each target side by side with its raw limit
 // in the same run, and prints ratios. Nothing here is a timed assertion.
 //
-// BENCH_ONLY=auth,pocketbase,files,textdownloads,logs,logsearch,scale selects
-// sections (all by default); BENCH_SECONDS sets the length of each timed
-// phase (default 8). The pocketbase section runs a pinned PocketBase beside the platform and
+// BENCH_ONLY=auth,pocketbase,variants,files,textdownloads,logs,logsearch,scale
+// selects sections (all by default); BENCH_SECONDS sets the length of each
+// timed phase (default 8). The pocketbase section runs a pinned PocketBase beside the platform and
 // compares the two (record reads, sign-ins, 4 KiB uploads beside raw
-// PutObject, 4 KiB downloads). The scale section (scale.go) fills the database to
+// PutObject, 4 KiB downloads); the variants section (variants.go) compares image
+// thumbnails with PocketBase's thumbs. The scale section (scale.go) fills the database to
 // 1,000 and to SCALE_N (100,000) records per collection and measures the
 // platform's requests, one at a time, at both sizes, beside PocketBase; it
 // runs last, since it leaves the database full. The logdocs section
@@ -144,7 +145,7 @@ func run(ctx context.Context, out io.Writer) error {
 		name  string
 		fn    func(*env) error
 		named bool // run only when BENCH_ONLY names it
-	}{{"auth", benchAuth, false}, {"pocketbase", benchPocketBase, false}, {"files", benchFiles, false}, {"textdownloads", benchTextDownloads, false}, {"logs", benchLogs, false},
+	}{{"auth", benchAuth, false}, {"pocketbase", benchPocketBase, false}, {"variants", benchVariants, false}, {"files", benchFiles, false}, {"textdownloads", benchTextDownloads, false}, {"logs", benchLogs, false},
 		{"logsearch", benchLogSearch, false}, {"scale", benchScale, false}, {"logdocs", benchLogDocs, true}}
 	for _, s := range sections {
 		if !want(s.name) || (s.named && !only[s.name]) {

@@ -296,6 +296,22 @@ func TestConsoleInBrowser(t *testing.T) {
 		if n := pg.count(rows); n != 3 {
 			t.Fatalf("%d files listed, want 3 (the cancelled one is not stored)", n)
 		}
+		// The image is shown as a thumbnail: a variant of it, loaded.
+		var thumb struct {
+			Width int    `json:"width"`
+			Src   string `json:"src"`
+			N     int    `json:"n"`
+		}
+		pg.poll("the image's thumbnail", stepTimeout, `(() => {
+  const imgs = document.querySelectorAll('main img.thumb');
+  const el = imgs[0];
+  if (!el) return { why: 'no thumbnail' };
+  if (!el.complete) return { why: 'loading' };
+  return { ok: true, width: el.naturalWidth, src: el.currentSrc, n: imgs.length };
+})()`, &thumb)
+		if thumb.N != 1 || thumb.Width != 2 || !regexp.MustCompile(`/images/[0-9a-f]{32}\?w=2&h=2&format=auto$`).MatchString(thumb.Src) {
+			t.Fatalf("thumbnail: %+v, want the avatar's one 2x2 variant loaded", thumb)
+		}
 		name, data := pg.download(rows.nth(1).role("link", "Download"))
 		if name != "notes.txt" || string(data) != content {
 			t.Fatalf("downloaded %q, %d bytes; want notes.txt, %d bytes as uploaded", name, len(data), len(content))

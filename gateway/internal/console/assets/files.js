@@ -84,7 +84,8 @@ export function filesPage(main) {
     try {
       const r = await api('GET', `/files?page=${page}&limit=${limit}`);
       tbody.replaceChildren(...r.files.map(f => h('tr', {},
-        h('td', {}, h('button', { type: 'button', class: 'link', onclick: () => show(f.id) }, f.name || f.id)),
+        h('td', {}, f.kind === 'image' ? thumbnail(f) : '',
+          h('button', { type: 'button', class: 'link', onclick: () => show(f.id) }, f.name || f.id)),
         h('td', {}, fmtSize(f.size || 0)),
         h('td', {}, f.type),
         h('td', {}, fmtDate(f.createdAt)),
@@ -97,6 +98,16 @@ export function filesPage(main) {
         h('span', {}, 'Page ' + page),
         h('button', { type: 'button', disabled: !r.hasMore, onclick: () => { page++; load(); } }, 'Older →'));
     } catch (e) { err.show(e.message); }
+  }
+
+  // An image's thumbnail: a variant of it, made once by the files service
+  // and cached like the image (48 CSS pixels, drawn from 96 for dense
+  // screens; never more than the image itself). WebP where the browser
+  // takes it. Decorative: the file's name follows it.
+  function thumbnail(f) {
+    const w = Math.min(96, f.width || 96), ht = Math.min(96, f.height || 96);
+    return h('img', { class: 'thumb', alt: '', loading: 'lazy', width: 48, height: 48,
+      src: `/images/${encodeURIComponent(f.id)}?w=${w}&h=${ht}&format=auto` });
   }
 
   async function show(id) {

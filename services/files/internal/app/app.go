@@ -108,7 +108,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer, read
 			MaxSide:     cfg.ImageMaxSide,
 			JPEGQuality: cfg.ImageQuality,
 		},
+		Variants: files.VariantConfig{
+			MaxSide:   cfg.VariantMaxSide,
+			Sizes:     cfg.VariantSizes,
+			PerImage:  int64(cfg.ImageVariants),
+			MetaCache: variantMetaCache,
+		},
 	})
+	registerVariantMetrics(reg, svc)
 
 	app := httpapi.New(httpapi.Options{
 		Metrics:       reg,

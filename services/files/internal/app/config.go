@@ -3,6 +3,9 @@ package app
 import (
 	"errors"
 	"fmt"
+	"image"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/acme/platform/pkg/config"
@@ -33,6 +36,9 @@ var Settings = config.Table{
 	{Key: "IMAGE_WAIT", Kind: config.Duration, Default: "30s", Doc: "wait for a re-encode slot and for image memory before 503 `busy`"},
 	{Key: "IMAGE_MAX_SCANS", Kind: config.Int, Default: "16", Doc: "work one JPEG may take to decode, in walks over its blocks: its scans, each weighed by the share of the image's blocks it covers, counted from the markers before decoding → 422 `image_too_complex`; encoders write at most 6 (docs/files.md)"},
 	{Key: "IMAGE_DECODE_TIMEOUT", Kind: config.Duration, Default: "20s", Doc: "deadline of one image's decode, resize and re-encode once it holds its slot → 422 `image_timeout`; the slot and memory are given back at once; `0` no deadline"},
+	{Key: "IMAGE_VARIANTS", Kind: config.Int, Default: "20", Doc: "variants (`GET /images/{id}?w=&h=…`) stored of one image at most; more → 400 `too_many_variants`; `0` turns variants off"},
+	{Key: "IMAGE_VARIANT_MAX_SIDE", Kind: config.Int, Default: "1024", Doc: "longest side of a variant (besides the image's own sides) → 400 `invalid_parameter`"},
+	{Key: "IMAGE_VARIANT_SIZES", Default: "", Doc: "when set, the only variant sizes allowed, as asked: `WxH` separated by commas, `0` for a side left out (`100x100,0x300`); empty: any size within the limits"},
 	{Key: "S3_PART_SIZE", Kind: config.Size, Default: "8MiB", Doc: "multipart part size of streamed uploads (at least 5MiB)"},
 	{Key: "S3_UPLOAD_THREADS", Kind: config.Int, Default: "2", Doc: "parts uploaded in parallel per upload"},
 	{Key: "QUOTA", Kind: config.Size, Default: "10GiB", Doc: "bytes each user may store unless an administrator sets their own; `0` no quota"},
@@ -78,6 +84,9 @@ type Config struct {
 	ImageTimeout     time.Duration // one image's decode and re-encode; 0: none
 	ImageMaxMemory   int64         // bytes one image may take to decode and re-encode
 	ImageMemory      int64         // bytes all images being processed may take together
+	ImageVariants    int           // variants stored of one image; 0: off
+	VariantMaxSide   int           // longest side of a variant
+	VariantSizes     []image.Point // allowed variant boxes; empty: any
 	Quota            int64
 	EraseAckWait     time.Duration
 	EraseMaxDeliver  int
@@ -128,6 +137,8 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		ImageTimeout:     r.Duration("IMAGE_DECODE_TIMEOUT"),
 		ImageMaxMemory:   r.Int64("IMAGE_MAX_MEMORY"),
 		ImageMemory:      r.Int64("IMAGE_MEMORY"),
+		ImageVariants:    r.Int("IMAGE_VARIANTS"),
+		VariantMaxSide:   r.Int("IMAGE_VARIANT_MAX_SIDE"),
 		Quota:            r.Int64("QUOTA"),
 		EraseAckWait:     r.Duration("ERASE_ACK_WAIT"),
 		EraseMaxDeliver:  r.Int("ERASE_MAX_DELIVER"),
@@ -142,6 +153,9 @@ func LoadConfig(getenv func(string) string) (Config, *config.Reader, error) {
 		HandoffTTL:       r.Duration("HANDOFF_TTL"),
 	}
 	err := r.Err()
+	sizes, serr := parseSizes(r.String("IMAGE_VARIANT_SIZES"))
+	c.VariantSizes = sizes
+	err = errors.Join(err, serr)
 	if problems := c.check(); len(problems) > 0 {
 		err = errors.Join(err, fmt.Errorf("configuration: %v", problems))
 	}
@@ -165,9 +179,30 @@ func (c Config) check() []string {
 		"FILES_IMAGE_MAX_PIXELS, FILES_IMAGE_MAX_SIDE, FILES_IMAGE_CONCURRENCY must be positive, FILES_IMAGE_QUALITY 1..100")
 	add(c.ImageMaxScans < 1 || c.ImageTimeout < 0, "FILES_IMAGE_MAX_SCANS must be positive and FILES_IMAGE_DECODE_TIMEOUT not negative (0: none)")
 	add(c.ImageMaxMemory < 1<<20 || c.ImageMemory < c.ImageMaxMemory, "FILES_IMAGE_MAX_MEMORY must be at least 1MiB and FILES_IMAGE_MEMORY at least FILES_IMAGE_MAX_MEMORY")
+	add(c.ImageVariants < 0 || c.VariantMaxSide < 1, "FILES_IMAGE_VARIANTS must not be negative (0: off) and FILES_IMAGE_VARIANT_MAX_SIDE must be positive")
 	add(c.S3.PartSize < 5<<20 || c.S3.UploadThreads < 1, "FILES_S3_PART_SIZE must be at least 5MiB and FILES_S3_UPLOAD_THREADS at least 1")
 	add(c.RecordCacheTTL < 0 || c.RecordCacheSize < 1, "FILES_RECORD_CACHE_TTL must not be negative (0: off) and FILES_RECORD_CACHE_SIZE at least 1")
 	add(c.OwnerCacheTTL < 0 || c.OwnerCacheSize < 1, "FILES_OWNER_CACHE_TTL must not be negative (0: off) and FILES_OWNER_CACHE_SIZE at least 1")
 	add(c.HandoffTTL != 0 && (c.HandoffTTL < time.Minute || c.HandoffTTL > 7*24*time.Hour), "FILES_HANDOFF_TTL must be 0 (off) or between 1m and 168h (S3's longest presigned URL)")
 	return problems
+}
+
+// parseSizes reads FILES_IMAGE_VARIANT_SIZES: "WxH" boxes separated by
+// commas, 0 for a side left out (not both).
+func parseSizes(v string) ([]image.Point, error) {
+	var out []image.Point
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		ws, hs, ok := strings.Cut(item, "x")
+		w, werr := strconv.Atoi(ws)
+		h, herr := strconv.Atoi(hs)
+		if !ok || werr != nil || herr != nil || w < 0 || h < 0 || w == 0 && h == 0 {
+			return nil, fmt.Errorf("FILES_IMAGE_VARIANT_SIZES: %q is not WxH (whole numbers, 0 for a side left out, not both)", item)
+		}
+		out = append(out, image.Pt(w, h))
+	}
+	return out, nil
 }

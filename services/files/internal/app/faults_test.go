@@ -59,6 +59,12 @@ func (s *switchable) Put(ctx context.Context, k string, r io.Reader, n int64, ct
 func (s *switchable) Get(ctx context.Context, k string, a, b int64) (*files.Object, error) {
 	return s.pick().Get(ctx, k, a, b)
 }
+func (s *switchable) PutNew(ctx context.Context, k string, b []byte, ct, sum string) error {
+	return s.pick().PutNew(ctx, k, b, ct, sum)
+}
+func (s *switchable) Stat(ctx context.Context, k string) (files.ObjectStat, error) {
+	return s.pick().Stat(ctx, k)
+}
 func (s *switchable) Remove(ctx context.Context, k string) error { return s.pick().Remove(ctx, k) }
 func (s *switchable) List(ctx context.Context, p string) iter.Seq2[files.ObjectInfo, error] {
 	return s.pick().List(ctx, p)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/acme/platform/pkg/metrics"
+	"github.com/acme/platform/services/files/internal/files"
 	"github.com/acme/platform/services/files/internal/httpapi"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -41,4 +42,16 @@ func (m *filesMetrics) Uploaded(n int)   { m.uploaded.Add(float64(n)) }
 func (m *filesMetrics) Downloaded(n int) { m.downloaded.Add(float64(n)) }
 func (m *filesMetrics) Upload(kind, result string) {
 	m.uploads.WithLabelValues(kind, result).Inc()
+}
+
+// variantMetaCache bounds the image variants each process describes from
+// memory (about 300 bytes each).
+const variantMetaCache = 20000
+
+// registerVariantMetrics counts the variants rendered and stored.
+func registerVariantMetrics(reg prometheus.Registerer, svc *files.Service) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Subsystem: "files", Name: "image_variants_rendered_total",
+		Help: "Image variants this process rendered and stored (a variant found in the object store is not counted).",
+	}, func() float64 { return float64(svc.VariantRenders()) }))
 }

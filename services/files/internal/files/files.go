@@ -126,6 +126,12 @@ type Store interface {
 	// Delete removes a record and gives its bytes back to its owner's
 	// account; ErrNotFound when there is none.
 	Delete(ctx context.Context, id string) error
+	// TakeVariant counts one more variant of image id if it has fewer than
+	// max, in one atomic write; ok is false when it has max already (or
+	// there is no such image).
+	TakeVariant(ctx context.Context, id string, max int64) (ok bool, err error)
+	// GiveBackVariant uncounts a variant TakeVariant counted.
+	GiveBackVariant(ctx context.Context, id string) error
 
 	AccountStore
 	LinkStore
@@ -175,6 +181,12 @@ type ObjectInfo struct {
 	LastModified time.Time
 }
 
+// ObjectStat describes a stored variant.
+type ObjectStat struct {
+	Size   int64
+	SHA256 string // hex, as PutNew was given it
+}
+
 // PutResult is what the object store reports after a put.
 type PutResult struct {
 	Size int64
@@ -189,6 +201,11 @@ type ObjectStore interface {
 	// returns ErrNotFound for a missing key.
 	Get(ctx context.Context, key string, start, end int64) (*Object, error)
 	Remove(ctx context.Context, key string) error
+	// PutNew writes data to key only when no object is there: ErrConflict
+	// when one is (another writer stored it first). sha256 is kept with it.
+	PutNew(ctx context.Context, key string, data []byte, contentType, sha256 string) error
+	// Stat describes key; ErrNotFound when it is missing.
+	Stat(ctx context.Context, key string) (ObjectStat, error)
 	// List yields the objects under prefix.
 	List(ctx context.Context, prefix string) iter.Seq2[ObjectInfo, error]
 }
@@ -257,16 +274,19 @@ func ObjectKey(k Kind, id string, t time.Time) string {
 // for any other key (which the sweeper then leaves alone).
 func IDFromKey(key string) (string, bool) {
 	var rest string
+	n := 3
 	switch {
 	case strings.HasPrefix(key, filesPrefix):
 		rest = key[len(filesPrefix):]
 	case strings.HasPrefix(key, imagesPrefix):
 		rest = key[len(imagesPrefix):]
+	case strings.HasPrefix(key, variantsPrefix): // a variant's: its image's id
+		rest, n = key[len(variantsPrefix):], 4
 	default:
 		return "", false
 	}
 	parts := strings.Split(rest, "/")
-	if len(parts) != 3 || len(parts[0]) != 4 || len(parts[1]) != 2 || !ValidID(parts[2]) {
+	if len(parts) != n || len(parts[0]) != 4 || len(parts[1]) != 2 || !ValidID(parts[2]) || n == 4 && !variantName(parts[3]) {
 		return "", false
 	}
 	return parts[2], true

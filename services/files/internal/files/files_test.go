@@ -61,7 +61,11 @@ func TestKeysAndIDs(t *testing.T) {
 	if got, ok := IDFromKey(ObjectKey(KindImage, id, at)); !ok || got != id {
 		t.Fatal("image key")
 	}
-	for _, k := range []string{"other/2026/03/" + id, "files/2026/03/x", "files/" + id, "files/2026/03/" + id + "/x"} {
+	if got, ok := IDFromKey("variants/2026/03/" + id + "/100x100c-q82.jpeg"); !ok || got != id {
+		t.Fatal("variant key: its image's id")
+	}
+	for _, k := range []string{"other/2026/03/" + id, "files/2026/03/x", "files/" + id, "files/2026/03/" + id + "/x",
+		"variants/2026/03/" + id, "variants/2026/03/" + id + "/../x", "variants/2026/03/" + id + "/A B", "variants/2026/03/x/1x1.png"} {
 		if _, ok := IDFromKey(k); ok {
 			t.Fatalf("IDFromKey accepted %q", k)
 		}

@@ -78,7 +78,24 @@ func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result
 	if err != nil {
 		return imaging.Result{}, imageError(err)
 	}
-	weight := cost.Bytes() + int64(cap(data))
+	var out imaging.Result
+	err = s.withImageBudget(ctx, cost.Bytes()+int64(cap(data)), func(ctx context.Context) error {
+		var err error
+		out, err = imaging.Process(ctx, data, s.cfg.Image)
+		return err
+	})
+	if err != nil {
+		return imaging.Result{}, imageError(err)
+	}
+	return out, nil
+}
+
+// withImageBudget runs work with the budgets of image work: weight bytes
+// of ImageMemory (at most all of it) and a slot of ImageConcurrency, both
+// waited for at most ImageWait (then ErrBusy), and ImageTimeout once they
+// are held (work's context then ends with ErrImageTimeout). After work of
+// freeAbove bytes or more the heap is returned to the OS.
+func (s *Service) withImageBudget(ctx context.Context, weight int64, work func(context.Context) error) error {
 	if weight > s.cfg.ImageMemory {
 		weight = s.cfg.ImageMemory
 	}
@@ -93,7 +110,7 @@ func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result
 	// TryAcquire first: a wait of 0 means "only if free now".
 	if !s.mem.TryAcquire(weight) {
 		if err := s.mem.Acquire(wctx, weight); err != nil {
-			return imaging.Result{}, busy()
+			return busy()
 		}
 	}
 	defer s.mem.Release(weight)
@@ -105,7 +122,7 @@ func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result
 		select {
 		case s.sem <- struct{}{}:
 		case <-wctx.Done():
-			return imaging.Result{}, busy()
+			return busy()
 		}
 	}
 	pctx, cancel := ctx, context.CancelFunc(func() {})
@@ -113,16 +130,13 @@ func (s *Service) processImage(ctx context.Context, data []byte) (imaging.Result
 		pctx, cancel = context.WithTimeoutCause(ctx, s.cfg.ImageTimeout,
 			fmt.Errorf("%w (%s)", ErrImageTimeout, s.cfg.ImageTimeout))
 	}
-	out, err := imaging.Process(pctx, data, s.cfg.Image)
+	err := work(pctx)
 	cancel()
 	<-s.sem
-	if cost.Bytes() >= s.freeAbove {
+	if weight >= s.freeAbove {
 		s.afterImage() // the decoded image is garbage now
 	}
-	if err != nil {
-		return imaging.Result{}, imageError(err)
-	}
-	return out, nil
+	return err
 }
 
 // ImageMemoryHeld is the image memory budget taken at this moment.
@@ -147,7 +161,7 @@ func imageError(err error) error {
 		return fmt.Errorf("%w: %v", ErrImageTooComplex, err)
 	case errors.Is(err, imaging.ErrTooManyPixels):
 		return fmt.Errorf("%w: %v", ErrImageTooLarge, err)
-	case errors.Is(err, imaging.ErrCorrupt):
+	case errors.Is(err, imaging.ErrCorrupt), errors.Is(err, imaging.ErrBadVariant):
 		return fmt.Errorf("%w: %v", ErrBadImage, err)
 	}
 	return err

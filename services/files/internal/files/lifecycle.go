@@ -130,11 +130,14 @@ func (s *Service) Delete(ctx context.Context, id string, r Reader) error {
 		s.log.Publish(ctx, LogEntry{Type: "error", Body: "removing the share links of deleted " + f.ID + " failed: " + err.Error()})
 	}
 	s.remove(f.Key)
+	if err := s.removeVariants(ctx, f); err != nil {
+		s.log.Publish(ctx, LogEntry{Type: "error", Body: "removing the variants of deleted " + f.ID + " failed (the sweeper will retry): " + err.Error()})
+	}
 	s.log.Publish(ctx, LogEntry{Type: "log", Body: fmt.Sprintf("deleted %s %s of %s (by %s)", f.Kind, f.ID, f.Owner, r.UserID)})
 	return nil
 }
 
-// EraseOwner deletes every record, object and share link of owner, their
+// EraseOwner deletes every record, object (image variants included) and share link of owner, their
 // own quota and their usage count: the user is gone. Each object is removed before its
 // record, so a record left means work left, and an error (storage away)
 // leaves the rest for a retry of the whole call, which is idempotent. It
@@ -153,6 +156,9 @@ func (s *Service) EraseOwner(ctx context.Context, owner string) (int, error) {
 			break
 		}
 		for _, f := range batch {
+			if err := s.removeVariants(ctx, f); err != nil {
+				return n, err
+			}
 			if err := s.objects.Remove(ctx, f.Key); err != nil {
 				return n, err
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/acme/platform/services/files/internal/imaging"
 	"github.com/klauspost/compress/gzip"
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/sync/singleflight"
 )
 
 // Config holds the service's rules and limits.
@@ -38,6 +39,7 @@ type Config struct {
 	ImageTimeout time.Duration
 	DefaultQuota int64 // bytes one user may store unless given their own quota; 0: no quota
 	Image        imaging.Options
+	Variants     VariantConfig
 }
 
 // ErrIsImage is returned when a file download names an image: images are
@@ -59,6 +61,10 @@ type Service struct {
 	// freed pages to the OS.
 	afterImage func()
 	freeAbove  int64
+
+	variants *variants          // variants described, by key
+	flights  singleflight.Group // renders in progress, by key
+	renders  atomic.Int64       // variants rendered and stored
 }
 
 // imageFreeAbove is the estimate above which the heap is returned to the
@@ -93,6 +99,7 @@ func NewService(store Store, objects ObjectStore, pub LogPublisher, cfg Config) 
 		now:        time.Now,
 		afterImage: debug.FreeOSMemory,
 		freeAbove:  imageFreeAbove,
+		variants:   &variants{max: max(cfg.Variants.MetaCache, 1), m: map[string]File{}},
 	}
 }
 
@@ -492,7 +499,7 @@ func (s *Service) Sweep(ctx context.Context, age time.Duration) (int, error) {
 		batch = batch[:0]
 		return nil
 	}
-	for _, prefix := range []string{filesPrefix, imagesPrefix} {
+	for _, prefix := range []string{filesPrefix, imagesPrefix, variantsPrefix} {
 		for info, err := range s.objects.List(ctx, prefix) {
 			if err != nil {
 				return removed, err

@@ -37,6 +37,9 @@ type store struct {
 	released   []int64 // Release's bytes, in order
 }
 
+func (s *store) TakeVariant(context.Context, string, int64) (bool, error) { return true, nil }
+func (s *store) GiveBackVariant(context.Context, string) error            { return nil }
+
 func (s *store) Insert(ctx context.Context, f *files.File) error {
 	if s.InsertFn == nil {
 		return nil
@@ -169,6 +172,26 @@ func (o *objects) List(_ context.Context, prefix string) iter.Seq2[files.ObjectI
 			}
 		}
 	}
+}
+
+func (o *objects) PutNew(_ context.Context, key string, data []byte, contentType, _ string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.data[key]; ok {
+		return files.ErrConflict
+	}
+	o.data[key], o.types[key] = bytes.Clone(data), contentType
+	return nil
+}
+
+func (o *objects) Stat(_ context.Context, key string) (files.ObjectStat, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b, ok := o.data[key]
+	if !ok {
+		return files.ObjectStat{}, files.ErrNotFound
+	}
+	return files.ObjectStat{Size: int64(len(b))}, nil
 }
 
 func (o *objects) keys() []string {

@@ -42,6 +42,10 @@ var errorMap = []errorRow{
 	is(files.ErrClientGone, statusClientClosed, "client_closed_request", "the client closed the connection before the answer"),
 	web.ErrorAs[files.BadLinkError](badLink),
 	is(files.ErrBadQuota, http.StatusBadRequest, "invalid_quota", "quota must be a non-negative integer number of bytes, or null", field("quota")),
+	web.ErrorAs[files.BadVariantError](badVariant),
+	is(files.ErrTooManyVariants, http.StatusBadRequest, "too_many_variants",
+		"the image has as many variants as it may have; ask for one of those already made",
+		limit(func(s errScope) int64 { return s.maxVariants })),
 	is(files.ErrBusy, http.StatusServiceUnavailable, "busy", "too many images are being processed, try again shortly"),
 	is(files.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "storage is unavailable, try again shortly"),
 
@@ -57,6 +61,7 @@ type errScope struct {
 	linkID string // the :linkId sent; "" when the link came by its token
 	// The limits of an upload (limit of a 413 or 422).
 	maxFile, maxPixels, maxMemory, maxScans int64
+	maxVariants                             int64 // variants of one image
 }
 
 // statusClientClosed is the status logged for a request whose client hung
@@ -157,6 +162,12 @@ func limit(of func(errScope) int64) detail {
 func badLink(_ errScope, e *files.BadLinkError) *web.Error {
 	code := map[string]string{"expiresAt": "invalid_expires_at", "maxDownloads": "invalid_max_downloads"}[e.Field]
 	return apiErr(http.StatusBadRequest, code, e.Field+" "+e.Msg, "field", e.Field)
+}
+
+// badVariant is an image variant request outside the rules, naming the
+// query parameter at fault.
+func badVariant(_ errScope, e *files.BadVariantError) *web.Error {
+	return apiErr(http.StatusBadRequest, "invalid_parameter", e.Field+" "+e.Msg, "field", e.Field)
 }
 
 // malformedForm is a multipart body that could not be read to its end.

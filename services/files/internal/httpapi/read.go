@@ -87,6 +87,9 @@ func (h *handler) download(c *fiber.Ctx) error {
 // image: GET /images/:id → the image, public and immutable.
 func (h *handler) image(c *fiber.Ctx) error {
 	id := strings.Clone(c.Params("id"))
+	if c.Request().URI().QueryArgs().Len() > 0 {
+		return h.variant(c, id)
+	}
 	ctx, cancel := dbContext(c)
 	f, err := h.svc.Image(ctx, id)
 	cancel()

@@ -27,6 +27,9 @@ type memRecords struct {
 	m  map[string]*files.File
 }
 
+func (s *memRecords) TakeVariant(context.Context, string, int64) (bool, error) { return true, nil }
+func (s *memRecords) GiveBackVariant(context.Context, string) error            { return nil }
+
 func (s *memRecords) Insert(_ context.Context, f *files.File) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -102,6 +105,26 @@ func (o *memObjects) Remove(_ context.Context, key string) error {
 	defer o.mu.Unlock()
 	delete(o.m, key)
 	return nil
+}
+
+func (o *memObjects) PutNew(_ context.Context, key string, data []byte, _, _ string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.m[key]; ok {
+		return files.ErrConflict
+	}
+	o.m[key] = bytes.Clone(data)
+	return nil
+}
+
+func (o *memObjects) Stat(_ context.Context, key string) (files.ObjectStat, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b, ok := o.m[key]
+	if !ok {
+		return files.ObjectStat{}, files.ErrNotFound
+	}
+	return files.ObjectStat{Size: int64(len(b))}, nil
 }
 
 func (o *memObjects) List(context.Context, string) iter.Seq2[files.ObjectInfo, error] {

@@ -32,9 +32,19 @@ func target(w, h, max int) (nw, nh int, ok bool) {
 // source row) would cost more than the decoded source itself.
 func resize(ctx context.Context, img image.Image, max int) (image.Image, error) {
 	b := img.Bounds()
-	w, h := b.Dx(), b.Dy()
-	nw, nh, ok := target(w, h, max)
+	nw, nh, ok := target(b.Dx(), b.Dy(), max)
 	if !ok {
+		return img, nil
+	}
+	return resizeTo(ctx, img, nw, nh)
+}
+
+// resizeTo scales img to exactly nw×nh, each at most img's side (never
+// up), as resize does; img itself when it is that size already.
+func resizeTo(ctx context.Context, img image.Image, nw, nh int) (image.Image, error) {
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
+	if nw == w && nh == h {
 		return img, nil
 	}
 	dst := image.NewRGBA(image.Rect(0, 0, nw, nh))

@@ -361,3 +361,27 @@ func mapErr(err error) error {
 	}
 	return err
 }
+
+// TakeVariant counts one more variant of image id in one atomic
+// conditional write: findOneAndUpdate({_id, kind: image, variants: {$lt:
+// max} or missing}, {$inc: {variants: 1}}), atomic on MongoDB and on the
+// embedded server (TestTakeVariantIsAtomic). Nothing matched: the image
+// has max variants, or is gone.
+func (s *Store) TakeVariant(ctx context.Context, id string, max int64) (bool, error) {
+	filter := bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: string(files.KindImage)}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "variants", Value: bson.D{{Key: "$lt", Value: max}}}},
+		bson.D{{Key: "variants", Value: bson.D{{Key: "$exists", Value: false}}}},
+	}}}
+	err := s.coll.FindOneAndUpdate(ctx, filter, bson.D{{Key: "$inc", Value: bson.D{{Key: "variants", Value: int64(1)}}}}).Err()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	return err == nil, mapErr(err)
+}
+
+// GiveBackVariant uncounts one variant of image id.
+func (s *Store) GiveBackVariant(ctx context.Context, id string) error {
+	_, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "variants", Value: bson.D{{Key: "$gt", Value: 0}}}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "variants", Value: int64(-1)}}}})
+	return mapErr(err)
+}

@@ -277,6 +277,35 @@ type presignedURL struct {
 	reuseUntil time.Time
 }
 
+// sha256Meta is the user metadata PutNew keeps a variant's digest in.
+const sha256Meta = "Sha256"
+
+// PutNew writes data to key with one conditional request (If-None-Match:
+// *): when an object is there already, nothing is written and the answer
+// is files.ErrConflict, so of several writers of one key the first wins.
+func (s *Store) PutNew(ctx context.Context, key string, data []byte, contentType, sha256 string) error {
+	opts := minio.PutObjectOptions{ContentType: contentType, UserMetadata: map[string]string{sha256Meta: sha256},
+		DisableMultipart: true}
+	opts.SetMatchETagExcept("*")
+	_, err := s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+	if err != nil {
+		if r := minio.ToErrorResponse(err); r.StatusCode == http.StatusPreconditionFailed || r.Code == "PreconditionFailed" {
+			return fmt.Errorf("%w: %s exists", files.ErrConflict, key)
+		}
+		return mapErr(err)
+	}
+	return nil
+}
+
+// Stat describes key with one HEAD request.
+func (s *Store) Stat(ctx context.Context, key string) (files.ObjectStat, error) {
+	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return files.ObjectStat{}, mapErr(err)
+	}
+	return files.ObjectStat{Size: info.Size, SHA256: info.UserMetadata[sha256Meta]}, nil
+}
+
 // Remove deletes key; a missing key is not an error.
 func (s *Store) Remove(ctx context.Context, key string) error {
 	if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
