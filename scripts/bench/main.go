@@ -145,7 +145,7 @@ func run(ctx context.Context, out io.Writer) error {
 		fn    func(*env) error
 		named bool // run only when BENCH_ONLY names it
 	}{{"auth", benchAuth, false}, {"pocketbase", benchPocketBase, false}, {"files", benchFiles, false}, {"textdownloads", benchTextDownloads, false}, {"logs", benchLogs, false},
-		{"logsearch", benchLogSearch, false}, {"scale", benchScale, false}, {"logdocs", benchLogDocs, true}}
+		{"logsearch", benchLogSearch, false}, {"scale", benchScale, false}, {"logdocs", benchLogDocs, true}, {"uploads", benchUploads, true}}
 	for _, s := range sections {
 		if !want(s.name) || (s.named && !only[s.name]) {
 			continue
