@@ -11,7 +11,8 @@
 // platform's requests, one at a time, at both sizes, beside PocketBase; it
 // runs last, since it leaves the database full. The logdocs section
 // (logdocs.go) runs only when BENCH_ONLY names it: it compares log records
-// stored one document each with the logs service's chunk store.
+// stored one document each with the logs service's chunk store. So does the
+// uploads section (uploads.go): the 4 KiB upload alone, for profiling.
 package main
 
 import (
