@@ -231,8 +231,8 @@ func (c *OwnerCache) PutAccount(owner string, token uint64, a files.Account) {
 			}
 		}
 		c.seq[s]++
-	case e != nil && e.usage != nil && later(e.usage.acct, a):
-		// a is older than the account kept: keep that one
+	case e != nil && e.usage != nil && c.Now().Before(e.usage.expires) && later(e.usage.acct, a):
+		// a is older than the account kept (and still served): keep that one
 	default:
 		c.putAccountLocked(owner, a)
 	}
