@@ -12,7 +12,8 @@
 // platform's requests, one at a time, at both sizes, beside PocketBase; it
 // runs last, since it leaves the database full. The logdocs section
 // (logdocs.go) runs only when BENCH_ONLY names it: it compares log records
-// stored one document each with the logs service's chunk store.
+// stored one document each with the logs service's chunk store. So does the
+// uploads section (uploads.go): the 4 KiB upload alone, for profiling.
 package main
 
 import (
@@ -146,7 +147,7 @@ func run(ctx context.Context, out io.Writer) error {
 		fn    func(*env) error
 		named bool // run only when BENCH_ONLY names it
 	}{{"auth", benchAuth, false}, {"pocketbase", benchPocketBase, false}, {"variants", benchVariants, false}, {"files", benchFiles, false}, {"textdownloads", benchTextDownloads, false}, {"logs", benchLogs, false},
-		{"logsearch", benchLogSearch, false}, {"scale", benchScale, false}, {"logdocs", benchLogDocs, true}}
+		{"logsearch", benchLogSearch, false}, {"scale", benchScale, false}, {"logdocs", benchLogDocs, true}, {"uploads", benchUploads, true}}
 	for _, s := range sections {
 		if !want(s.name) || (s.named && !only[s.name]) {
 			continue

@@ -139,4 +139,35 @@ func TestUploadRoundTrips(t *testing.T) {
 	if u["used"] != want || u["files"] != float64(2) || len(usage) != 0 {
 		t.Fatalf("usage %v after commands %v, want %v bytes in 2 files from the cache", u, usage, want)
 	}
+
+	// Uploads of one user at once: still two commands each (no reservation
+	// drops the account another one left), and the account kept is the
+	// last, counting every upload.
+	const n = 8
+	results := make([]*response, n)
+	overlapping := cmds.during(func() {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				results[i] = h.upload("/upload/file", alice, fileField(fmt.Sprintf("at-once-%d.txt", i), []byte(strings.Repeat("x", 100))))
+			})
+		}
+		wg.Wait()
+	})
+	for _, r := range results {
+		wantStatus(t, r, http.StatusCreated)
+	}
+	slices.Sort(overlapping)
+	if want := slices.Concat(slices.Repeat([]string{"findAndModify"}, n), slices.Repeat([]string{"insert"}, n)); !slices.Equal(overlapping, want) {
+		t.Fatalf("%d uploads at once sent %v, want %v", n, overlapping, want)
+	}
+	usage = cmds.during(func() {
+		r := h.get("/me/usage", alice, nil)
+		wantStatus(t, r, http.StatusOK)
+		u = r.json(t)
+	})
+	want += n * 100
+	if u["used"] != want || u["files"] != float64(2+n) || len(usage) != 0 {
+		t.Fatalf("usage %v after commands %v, want %v bytes in %d files from the cache", u, usage, want, 2+n)
+	}
 }

@@ -45,9 +45,15 @@ type OwnerCache struct {
 
 	mu   sync.Mutex
 	m    map[string]*ownerEntry
-	held int // the size of what m holds
-	seq  [stripes]uint64
-	seed maphash.Seed
+	held int             // the size of what m holds
+	seq  [stripes]uint64 // invalidations of owners' accounts and pages
+	// pageSeq counts the invalidations of listing pages alone (an insert
+	// of a reserved record), putSeq the accounts kept from reservations:
+	// a load of pages stored only when neither seq nor pageSeq moved, of
+	// an account when neither seq nor putSeq did.
+	pageSeq [stripes]uint64
+	putSeq  [stripes]uint64
+	seed    maphash.Seed
 
 	hits, misses, bypassed atomic.Uint64
 }
@@ -109,7 +115,7 @@ func (c *OwnerCache) List(ctx context.Context, owner string, skip, limit int, lo
 	key := pageKey{skip, limit}
 	s := c.stripe(owner)
 	c.mu.Lock()
-	seq := c.seq[s]
+	seq, pseq := c.seq[s], c.pageSeq[s]
 	if e := c.m[owner]; e != nil {
 		if p, ok := e.pages[key]; ok && c.Now().Before(p.expires) {
 			c.mu.Unlock()
@@ -137,7 +143,7 @@ func (c *OwnerCache) List(ctx context.Context, owner string, skip, limit int, lo
 		recs[i] = *f
 	}
 	c.mu.Lock()
-	if c.seq[s] == seq { // no invalidation of the owner while we read
+	if c.seq[s] == seq && c.pageSeq[s] == pseq { // no invalidation of the owner while we read
 		e := c.entryLocked(owner, weight)
 		if old, ok := e.pages[key]; ok {
 			c.dropLocked(e, len(old.recs)+1)
@@ -163,7 +169,7 @@ func (c *OwnerCache) Account(ctx context.Context, owner string, load func(contex
 	}
 	s := c.stripe(owner)
 	c.mu.Lock()
-	seq := c.seq[s]
+	seq, put := c.seq[s], c.putSeq[s]
 	if e := c.m[owner]; e != nil && e.usage != nil && c.Now().Before(e.usage.expires) {
 		u := *e.usage
 		c.mu.Unlock()
@@ -177,7 +183,7 @@ func (c *OwnerCache) Account(ctx context.Context, owner string, load func(contex
 		return a, err
 	}
 	c.mu.Lock()
-	if c.seq[s] == seq {
+	if c.seq[s] == seq && c.putSeq[s] == put {
 		c.putAccountLocked(owner, a)
 	}
 	c.mu.Unlock()
@@ -200,6 +206,13 @@ func (c *OwnerCache) Token(owner string) uint64 {
 // else that token's stripe holds) since token was taken: then another
 // write may have followed it, and owner's account is dropped instead.
 // Either way loads in flight for the owner are not stored.
+//
+// Reservations running at once for one owner do not invalidate each
+// other: with no invalidation since token, every change of the account
+// seen here since was a reservation, which only adds, so of a and the
+// account kept the one with more bytes (then records) is the later and is
+// kept. Dropping it instead made the owner's next upload read the account
+// again whenever two of their uploads overlapped.
 func (c *OwnerCache) PutAccount(owner string, token uint64, a files.Account) {
 	if !c.Enabled() {
 		return
@@ -207,16 +220,30 @@ func (c *OwnerCache) PutAccount(owner string, token uint64, a files.Account) {
 	s := c.stripe(owner)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.seq[s] == token {
-		c.putAccountLocked(owner, a)
-	} else if e := c.m[owner]; e != nil && e.usage != nil {
-		c.dropLocked(e, 1)
-		e.usage = nil
-		if e.held == 0 {
-			delete(c.m, owner)
+	e := c.m[owner]
+	switch {
+	case c.seq[s] != token:
+		if e != nil && e.usage != nil {
+			c.dropLocked(e, 1)
+			e.usage = nil
+			if e.held == 0 {
+				delete(c.m, owner)
+			}
 		}
+		c.seq[s]++
+	case e != nil && e.usage != nil && c.Now().Before(e.usage.expires) && later(e.usage.acct, a):
+		// a is older than the account kept (and still served): keep that one
+	default:
+		c.putAccountLocked(owner, a)
 	}
-	c.seq[s]++
+	c.putSeq[s]++
+}
+
+// later reports whether account a is a later state than b of the same
+// owner's account between two invalidations (only reservations between):
+// more bytes, or as many and more records.
+func later(a, b files.Account) bool {
+	return a.Bytes > b.Bytes || a.Bytes == b.Bytes && a.Count > b.Count
 }
 
 func (c *OwnerCache) putAccountLocked(owner string, a files.Account) {
@@ -236,7 +263,7 @@ func (c *OwnerCache) InvalidatePages(owner string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq[c.stripe(owner)]++
+	c.pageSeq[c.stripe(owner)]++
 	e := c.m[owner]
 	if e == nil {
 		return

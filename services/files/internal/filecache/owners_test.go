@@ -436,3 +436,46 @@ func TestOwnerCacheAcrossReplicas(t *testing.T) {
 		t.Fatalf("A read the account %d times after its own upload, want 0 (its reservation's answer kept)", after-before)
 	}
 }
+
+// Reservations of one owner that overlap keep the later account (the one
+// with more bytes) whatever order they end in, and an insert between
+// (which changes the owner's pages, not the account) does not drop it; an
+// invalidation between drops it, and a load racing a reservation is not
+// stored.
+func TestOwnerCacheOverlappingReservations(t *testing.T) {
+	c := NewOwnerCache(time.Minute, 1000)
+	ctx := context.Background()
+	loads := 0
+	load := func(a files.Account) func(context.Context) (files.Account, error) {
+		return func(context.Context) (files.Account, error) { loads++; return a, nil }
+	}
+	account := func(want files.Account, wantLoads int) {
+		t.Helper()
+		got, err := c.Account(ctx, "alice", load(files.Account{Bytes: -1}))
+		if err != nil || got != want || loads != wantLoads {
+			t.Fatalf("account %+v (%v) after %d loads, want %+v after %d", got, err, loads, want, wantLoads)
+		}
+	}
+	ta, tb := c.Token("alice"), c.Token("alice")
+	c.PutAccount("alice", tb, files.Account{Bytes: 20, Count: 2}) // b ends first
+	c.InvalidatePages("alice")                                    // b's record inserted
+	c.PutAccount("alice", ta, files.Account{Bytes: 10, Count: 1}) // a, reserved before b
+	account(files.Account{Bytes: 20, Count: 2}, 0)
+	tc := c.Token("alice")
+	c.PutAccount("alice", tc, files.Account{Bytes: 30, Count: 3})
+	account(files.Account{Bytes: 30, Count: 3}, 0)
+
+	td := c.Token("alice")
+	c.Invalidate("alice") // a release or a delete
+	c.PutAccount("alice", td, files.Account{Bytes: 40, Count: 4})
+	account(files.Account{Bytes: -1}, 1)
+
+	c.Invalidate("alice")
+	te := c.Token("alice")
+	_, _ = c.Account(ctx, "alice", func(context.Context) (files.Account, error) {
+		loads++
+		c.PutAccount("alice", te, files.Account{Bytes: 50, Count: 5}) // reserved meanwhile
+		return files.Account{Bytes: 40, Count: 4}, nil
+	})
+	account(files.Account{Bytes: 50, Count: 5}, 2)
+}
