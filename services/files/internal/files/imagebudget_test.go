@@ -205,13 +205,19 @@ func TestImageWorkStopsAndGivesBackItsSlot(t *testing.T) {
 				Image: imaging.Options{MaxPixels: 40_000_000, MaxSide: 256, JPEGQuality: 80}})
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
-			if tc.cancel {
-				time.AfterFunc(50*time.Millisecond, func() { cancel(ErrClientGone) })
-			}
 			start := time.Now()
 			done := make(chan error, 1)
 			go func() { _, err := s.processImage(ctx, slow); done <- err }()
-			time.Sleep(10 * time.Millisecond) // the slow one takes the slot first
+			for s.ImageMemoryHeld() == 0 { // the slow one takes the slot first
+				if time.Since(start) > 5*time.Second {
+					t.Fatal("the slow image never took its slot")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			start = time.Now()
+			if tc.cancel {
+				time.AfterFunc(50*time.Millisecond, func() { cancel(ErrClientGone) })
+			}
 			if _, err := s.processImage(context.Background(), small); err != nil {
 				t.Fatalf("small image: %v", err)
 			}
