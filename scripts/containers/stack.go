@@ -161,7 +161,16 @@ func (s *Stack) Remove() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if out, err := s.Compose(ctx, "down", "-v", "--remove-orphans", "--timeout", "10"); err != nil {
+	out, err := s.Compose(ctx, "down", "-v", "--remove-orphans", "--timeout", "10")
+	if err != nil && strings.Contains(out, "has active endpoints") {
+		// The engine can still hold a removed container's endpoint on a
+		// network for a moment (seen with Docker 20.10 under load, every
+		// container already removed): the second down finds the network
+		// free. Anything else, or a second failure, fails the test.
+		time.Sleep(3 * time.Second)
+		out, err = s.Compose(ctx, "down", "-v", "--remove-orphans", "--timeout", "10")
+	}
+	if err != nil {
 		s.T.Errorf("compose down -v: %v\n%s", err, out)
 	}
 }
