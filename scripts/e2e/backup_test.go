@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/logclient"
+	"github.com/acme/platform/pkg/natsconn"
 	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/pkg/testkit/authenticator"
 	"github.com/acme/platform/scripts/devstack/devenv"
@@ -250,7 +251,8 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 	}
 
 	// 10,000 log records over NATS, as an application sends them.
-	nc, err := nats.Connect(a.st.NATSURL, nats.UserInfo("publisher", a.sec.NATSPasswords["publisher"]), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(a.st.NATSURL, nats.UserInfo("publisher", a.sec.NATSPasswords["publisher"]),
+		nats.CustomInboxPrefix(natsconn.InboxPrefix("publisher")), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,4 +256,24 @@ func TestEmailVerificationByMail(t *testing.T) {
 	}
 	newClient(t, p.GatewayURL).mustStatus(200, "POST", "/signin", newCreds)
 	newClient(t, p.GatewayURL).mustStatus(401, "POST", "/signin", creds)
+
+	// The seed's contract: `email` alone is a valid PATCH /me. The answer is
+	// 200 with the user unchanged; the change takes effect once the current
+	// address (its own link, POST /email/change/confirm) and the new one
+	// (the verification link) have both confirmed, in either order.
+	edited = grace.mustStatus(200, "PATCH", "/me", map[string]any{"email": "rear.admiral@example.com"})
+	if u := edited["user"].(map[string]any); u["email"] != "grace.hopper@example.com" {
+		t.Fatalf("address changed before confirmation: %v", edited)
+	}
+	current := mailedToken(t, mc, "grace.hopper@example.com", "Confirm the change of your e-mail address", "confirm-email-change", 1)
+	fresh := mailedToken(t, mc, "rear.admiral@example.com", "Confirm your e-mail address", "verify", 1)
+	grace.mustStatus(202, "POST", "/email/change/confirm", map[string]string{"token": current})
+	if me := grace.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any); me["email"] != "grace.hopper@example.com" {
+		t.Fatalf("changed after the current address alone confirmed: %v", me)
+	}
+	grace.mustStatus(200, "POST", "/email/verify", map[string]string{"token": fresh})
+	if me := grace.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any); me["email"] != "rear.admiral@example.com" || me["emailVerified"] != true {
+		t.Fatalf("after both confirmations: %v", me)
+	}
+	newClient(t, p.GatewayURL).mustStatus(200, "POST", "/signin", map[string]string{"email": "rear.admiral@example.com", "password": "correct horse battery"})
 }

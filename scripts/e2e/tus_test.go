@@ -108,7 +108,9 @@ func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) 
 
 // A 256 MiB upload through the gateway is cut at half, resumed from the
 // offset the server reports and downloaded byte-identical; the gateway's
-// and the files service's peak RSS stay within 64 MiB. Then: the quota is
+// and the files service's peak RSS stay within 96 MiB (each process's own
+// code and caches take 15-65 MiB here; holding the resumed half alone would
+// take 128 MiB). Then: the quota is
 // checked at creation, bad tus input gets precise 4xx, termination, no
 // session 401.
 func TestTusThroughGateway(t *testing.T) {
@@ -138,8 +140,8 @@ func TestTusThroughGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%s peak RSS %d MiB", name, peak>>20)
-		if peak > 64<<20 {
-			t.Errorf("%s peak RSS %d MiB during a %d MiB resumable upload, want <= 64", name, peak>>20, tusSize>>20)
+		if peak > 96<<20 {
+			t.Errorf("%s peak RSS %d MiB during a %d MiB resumable upload, want <= 96", name, peak>>20, tusSize>>20)
 		}
 	}
 	id := r.header.Get("Upload-File-Id")

@@ -15,20 +15,21 @@ import (
 // .env variable compose.yaml takes the same secret from (TestSwarmSecrets
 // holds the two files and this list together).
 var swarmSecrets = map[string]string{
-	"mongo_root_password":   "MONGO_ROOT_PASSWORD",
-	"mongo_app_password":    "MONGO_APP_PASSWORD",
-	"identity_private_key":  "IDENTITY_PRIVATE_KEY",
-	"service_credential":    "SERVICE_CREDENTIAL",
-	"admin_password":        "ADMIN_PASSWORD",
-	"mfa_key":               "MFA_KEY",
-	"minio_root_user":       "MINIO_ROOT_USER",
-	"minio_root_password":   "MINIO_ROOT_PASSWORD",
-	"s3_access_key":         "S3_ACCESS_KEY",
-	"s3_secret_key":         "S3_SECRET_KEY",
-	"nats_auth_password":    "NATS_AUTH_PASSWORD",
-	"nats_files_password":   "NATS_FILES_PASSWORD",
-	"nats_logs_password":    "NATS_LOGS_PASSWORD",
-	"nats_gateway_password": "NATS_GATEWAY_PASSWORD",
+	"mongo_root_password":     "MONGO_ROOT_PASSWORD",
+	"mongo_app_password":      "MONGO_APP_PASSWORD",
+	"identity_private_key":    "IDENTITY_PRIVATE_KEY",
+	"service_credential":      "SERVICE_CREDENTIAL",
+	"admin_password":          "ADMIN_PASSWORD",
+	"mfa_key":                 "MFA_KEY",
+	"minio_root_user":         "MINIO_ROOT_USER",
+	"minio_root_password":     "MINIO_ROOT_PASSWORD",
+	"s3_access_key":           "S3_ACCESS_KEY",
+	"s3_secret_key":           "S3_SECRET_KEY",
+	"nats_auth_password":      "NATS_AUTH_PASSWORD",
+	"nats_files_password":     "NATS_FILES_PASSWORD",
+	"nats_logs_password":      "NATS_LOGS_PASSWORD",
+	"nats_gateway_password":   "NATS_GATEWAY_PASSWORD",
+	"nats_publisher_password": "NATS_PUBLISHER_PASSWORD",
 }
 
 // secretFilesFrom writes the Docker secrets of an existing .env.
