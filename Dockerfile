@@ -17,10 +17,15 @@ WORKDIR /src
 COPY pkg/ pkg/
 COPY ${SERVICE}/ ${SERVICE}/
 WORKDIR /src/${SERVICE}
+# nodynamic: github.com/gen2brain/webp (files' WebP encoder) would
+# otherwise link purego's loader of a system libwebp, which makes the binary
+# dynamically linked (it needs ld-linux, absent from the static runtime
+# image); with the tag it always uses its WebAssembly build, as it does
+# wherever libwebp is not installed.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOWORK=off GOFLAGS=-buildvcs=false \
-    go build -trimpath -ldflags="-s -w" -o /out/app .
+    go build -tags nodynamic -trimpath -ldflags="-s -w" -o /out/app .
 
 FROM ${RUNTIME_IMAGE}
 # The release, for `docker inspect` and upgrades (compose.yaml passes
