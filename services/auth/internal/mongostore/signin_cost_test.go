@@ -10,13 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/embedded"
 	"github.com/acme/platform/services/auth/internal/account"
 	"github.com/acme/platform/services/auth/internal/mongostore"
 	"github.com/acme/platform/services/auth/internal/password"
 	"github.com/acme/platform/services/auth/internal/usercache"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // TestSignInCosts measures the embedded server's CPU per successful
@@ -31,16 +28,7 @@ func TestSignInCosts(t *testing.T) {
 		t.Skip("a measurement: SIGNIN_COSTS=<sign-ins> runs it")
 	}
 	ctx := context.Background()
-	fp, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fp.Stop)
-	mc, err := mongo.Connect(options.Client().ApplyURI(fp.URI))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mc.Disconnect(ctx) })
+	fp, mc := costServer(t)
 	db := mc.Database("costs")
 	if err := mongostore.EnsureIndexes(ctx, db); err != nil {
 		t.Fatal(err)

@@ -39,16 +39,7 @@ func TestThrottleCommandCosts(t *testing.T) {
 		t.Skip("a measurement: THROTTLE_COSTS=1 runs it")
 	}
 	ctx := context.Background()
-	fp, err := embedded.StartFerretDB(ctx, embedded.FerretDBOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fp.Stop)
-	mc, err := mongo.Connect(options.Client().ApplyURI(fp.URI))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mc.Disconnect(ctx) })
+	fp, mc := costServer(t)
 	c := mc.Database("costs").Collection("throttle")
 	const n = 1000
 	costs := map[string]float64{}
@@ -106,4 +97,22 @@ func TestThrottleCommandCosts(t *testing.T) {
 	t.Logf("a sign-in's two keys, admitted and given back: slots %.0f µs (insertMany, deleteMany), counters %.0f µs (2 findOneAndUpdate, updateMany)",
 		costs["insertMany of 2 (two first slots)"]+costs["deleteMany of 2 by _id $in, t $in"],
 		2*costs["findOneAndUpdate {_id, n<max} $inc upsert"]+costs["updateMany {_id $in 2} $inc -1"])
+}
+
+// costServer starts an embedded server of a measurement's own, without
+// the test kit's scan report (which asks SQLite for every query's plan),
+// and a client of it; both end with the test.
+func costServer(t *testing.T) (*embedded.FerretDBProc, *mongo.Client) {
+	t.Helper()
+	fp, err := embedded.StartFerretDB(context.Background(), embedded.FerretDBOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fp.Stop)
+	mc, err := mongo.Connect(options.Client().ApplyURI(fp.URI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
+	return fp, mc
 }
