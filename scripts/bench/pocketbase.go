@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -262,20 +261,10 @@ func benchPocketBase(e *env) error {
 
 	// The platform: the administrator's session, as in the auth section.
 	gw := e.p.GatewayURL
-	credsMap := map[string]string{"email": e.sec.AdminEmail, "password": e.sec.AdminPassword}
-	creds, _ := json.Marshal(credsMap)
-	_, h, err := call(c, "POST", gw+"/signin", credsMap, nil, 200)
+	creds, _ := json.Marshal(map[string]string{"email": e.sec.AdminEmail, "password": e.sec.AdminPassword})
+	cookie, err := signInCookie(e)
 	if err != nil {
 		return err
-	}
-	cookie := ""
-	for _, ck := range (&http.Response{Header: h}).Cookies() {
-		if ck.Name == "sessionId" {
-			cookie = ck.Value
-		}
-	}
-	if cookie == "" {
-		return errors.New("POST /signin: no sessionId cookie")
 	}
 	meHdr := map[string]string{"Cookie": "sessionId=" + cookie}
 

@@ -32,19 +32,9 @@ func benchUploads(e *env) error {
 	const rounds, workers, size = 3, 8, 4 << 10
 	c := httpClient(16)
 	gw := e.p.GatewayURL
-	credsMap := map[string]string{"email": e.sec.AdminEmail, "password": e.sec.AdminPassword}
-	_, h, err := call(c, "POST", gw+"/signin", credsMap, nil, 200)
+	cookie, err := signInCookie(e)
 	if err != nil {
 		return err
-	}
-	cookie := ""
-	for _, ck := range (&http.Response{Header: h}).Cookies() {
-		if ck.Name == "sessionId" {
-			cookie = ck.Value
-		}
-	}
-	if cookie == "" {
-		return errors.New("POST /signin: no sessionId cookie")
 	}
 	data, _ := io.ReadAll(genReader(size))
 	form, formCT := fileForm("bench.bin", data)
