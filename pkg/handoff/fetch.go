@@ -152,7 +152,7 @@ func (f *Fetcher) open(ctx context.Context, a Answer, cached bool) (body io.Read
 		if body, hit, err = f.open(ctx, a.stored(), cached); err != nil {
 			return nil, false, err
 		}
-		if body, err = inflate(body, a.Length); err != nil {
+		if body, err = Inflate(body, a.Length); err != nil {
 			return nil, false, fmt.Errorf("%w: %v", ErrObject, err)
 		}
 		return body, hit, nil

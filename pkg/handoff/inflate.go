@@ -17,10 +17,12 @@ var ErrDecoded = errors.New("handoff: decoded object is not its recorded length"
 
 var gzipReaders sync.Pool // of *gzip.Reader
 
-// inflate returns the inflation of the gzip stream stored, which must be
+// Inflate returns the inflation of the gzip stream stored, which must be
 // exactly n bytes; it reads the gzip header before returning, so a stream
-// that is not gzip fails before any byte is sent.
-func inflate(stored io.ReadCloser, n int64) (io.ReadCloser, error) {
+// that is not gzip fails before any byte is sent (stored is closed then).
+// The gateway inflates handed-off objects with it, the files service the
+// ones it streams itself.
+func Inflate(stored io.ReadCloser, n int64) (io.ReadCloser, error) {
 	zr, _ := gzipReaders.Get().(*gzip.Reader)
 	var err error
 	if zr == nil {

@@ -110,7 +110,7 @@ func TestInflateBounds(t *testing.T) {
 	corrupt := bytes.Clone(good)
 	corrupt[len(corrupt)-5] ^= 0xff // the CRC-32 of the trailer
 	read := func(stored []byte, n int64) ([]byte, error) {
-		body, err := inflate(io.NopCloser(bytes.NewReader(stored)), n)
+		body, err := Inflate(io.NopCloser(bytes.NewReader(stored)), n)
 		if err != nil {
 			return nil, err
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/files/internal/files"
 	"github.com/gofiber/fiber/v2"
-	"github.com/klauspost/compress/gzip"
 )
 
 // fileJSON is the File record of the spec (id, type, path, meta, createdAt)
@@ -171,12 +170,11 @@ func (h *handler) serve(c *fiber.Ctx, f *files.File, id string) error {
 	}
 	var body io.ReadCloser = obj.Body
 	if gz && !sendGzip {
-		zr, err := gzip.NewReader(obj.Body)
+		zr, err := handoff.Inflate(obj.Body, n)
 		if err != nil {
-			obj.Body.Close()
 			return fmt.Errorf("opening gzip object %s: %w", f.Key, err)
 		}
-		body = &inflater{Reader: zr, raw: obj.Body}
+		body = zr
 	} else if obj.Size != n {
 		obj.Body.Close()
 		return fmt.Errorf("object %s: size %d, record says %d", f.Key, obj.Size, n)
@@ -212,16 +210,6 @@ func (h *handler) handoff(c *fiber.Ctx, f *files.File, start, end, n int64, infl
 	h.o.Meter.Downloaded(int(n))
 	c.Response().Header.SetContentLength(0)
 	return true
-}
-
-type inflater struct {
-	*gzip.Reader
-	raw io.Closer
-}
-
-func (z *inflater) Close() error {
-	z.Reader.Close()
-	return z.raw.Close()
 }
 
 // list: GET /files?page=&limit= → the caller's own records, newest first.
