@@ -32,29 +32,22 @@ func TestEmailCodeTriesBounded(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[int]bool{}
 	var void atomic.Int32
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range 200 {
-		wg.Go(func() {
-			<-start
-			c, err := st.Try(ctx, "signin-email:a", account.PurposeSignInCode, account.MaxCodeTries, now)
-			switch {
-			case err == nil:
-				mu.Lock()
-				if seen[c.Tries] {
-					t.Errorf("two tries saw count %d", c.Tries)
-				}
-				seen[c.Tries] = true
-				mu.Unlock()
-			case errors.Is(err, account.ErrEmailCodeVoid):
-				void.Add(1)
-			default:
-				t.Errorf("try: %v", err)
+	race(func(int) {
+		c, err := st.Try(ctx, "signin-email:a", account.PurposeSignInCode, account.MaxCodeTries, now)
+		switch {
+		case err == nil:
+			mu.Lock()
+			if seen[c.Tries] {
+				t.Errorf("two tries saw count %d", c.Tries)
 			}
-		})
-	}
-	close(start)
-	wg.Wait()
+			seen[c.Tries] = true
+			mu.Unlock()
+		case errors.Is(err, account.ErrEmailCodeVoid):
+			void.Add(1)
+		default:
+			t.Errorf("try: %v", err)
+		}
+	})
 	if len(seen) != account.MaxCodeTries || void.Load() != int32(200-account.MaxCodeTries) {
 		t.Fatalf("%d tries counted (%v), %d void; want %d and %d", len(seen), seen, void.Load(), account.MaxCodeTries, 200-account.MaxCodeTries)
 	}
@@ -73,29 +66,22 @@ func TestEmailCodeTakenOnce(t *testing.T) {
 		id := fmt.Sprintf("signin-email:%d", round)
 		putCode(t, st, id, "n1", "L", now)
 		var won atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range 200 {
-			wg.Go(func() {
-				<-start
-				var c account.EmailCode
-				var err error
-				if i%2 == 0 {
-					c, err = st.Take(ctx, id, account.PurposeSignInCode, "n1", now)
-				} else {
-					c, err = st.TakeLink(ctx, id, "L", account.MaxCodeTries, now)
-				}
-				switch {
-				case err == nil && c.Email == "a@example.com":
-					won.Add(1)
-				case errors.Is(err, account.ErrEmailCodeVoid):
-				default:
-					t.Errorf("take: %+v, %v", c, err)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
+		race(func(i int) {
+			var c account.EmailCode
+			var err error
+			if i%2 == 0 {
+				c, err = st.Take(ctx, id, account.PurposeSignInCode, "n1", now)
+			} else {
+				c, err = st.TakeLink(ctx, id, "L", account.MaxCodeTries, now)
+			}
+			switch {
+			case err == nil && c.Email == "a@example.com":
+				won.Add(1)
+			case errors.Is(err, account.ErrEmailCodeVoid):
+			default:
+				t.Errorf("take: %+v, %v", c, err)
+			}
+		})
 		if n := won.Load(); n != 1 {
 			t.Fatalf("round %d: %d of 200 concurrent uses took the request, want 1", round, n)
 		}

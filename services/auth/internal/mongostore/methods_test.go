@@ -34,25 +34,18 @@ func TestLockMethodsOneHolder(t *testing.T) {
 	const callers = 200
 	var won atomic.Int32
 	var winner atomic.Value
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range callers {
-		wg.Go(func() {
-			<-start
-			holder := fmt.Sprintf("h%03d", i)
-			ok, err := users.LockMethods(ctx, u.ID, holder, now, now.Add(time.Minute))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if ok {
-				won.Add(1)
-				winner.Store(holder)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+	race(func(i int) {
+		holder := fmt.Sprintf("h%03d", i)
+		ok, err := users.LockMethods(ctx, u.ID, holder, now, now.Add(time.Minute))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if ok {
+			won.Add(1)
+			winner.Store(holder)
+		}
+	})
 	if n := won.Load(); n != 1 {
 		t.Fatalf("%d of %d concurrent callers took the lock, want exactly 1", n, callers)
 	}

@@ -3,7 +3,6 @@ package mongostore_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,23 +27,16 @@ func TestTokenTakenOnceUnderConcurrency(t *testing.T) {
 			t.Fatalf("another purpose: %v, want ErrInvalidToken", err)
 		}
 		var won atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for range 200 {
-			wg.Go(func() {
-				<-start
-				tok, err := st.Take(ctx, id, "verify", now)
-				switch {
-				case err == nil && tok.UserID == "u1":
-					won.Add(1)
-				case errors.Is(err, account.ErrInvalidToken):
-				default:
-					t.Errorf("take: %+v, %v", tok, err)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
+		race(func(int) {
+			tok, err := st.Take(ctx, id, "verify", now)
+			switch {
+			case err == nil && tok.UserID == "u1":
+				won.Add(1)
+			case errors.Is(err, account.ErrInvalidToken):
+			default:
+				t.Errorf("take: %+v, %v", tok, err)
+			}
+		})
 		if n := won.Load(); n != 1 {
 			t.Fatalf("round %d: %d of 200 concurrent uses took the token, want 1", round, n)
 		}
@@ -79,27 +71,20 @@ func TestTokenConfirmedOnceUnderConcurrency(t *testing.T) {
 			t.Fatalf("nothing confirmed yet, taken: %v", err)
 		}
 		var won atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range 200 {
-			wg.Go(func() {
-				<-start
-				if _, err := st.Confirm(ctx, id, "email-change", "n1", sides[i%2], now); err != nil && !errors.Is(err, account.ErrInvalidToken) {
-					t.Errorf("confirm: %v", err)
-					return
-				}
-				tok, err := st.TakeConfirmed(ctx, id, "email-change", "n1", sides, now)
-				switch {
-				case err == nil && len(tok.Confirmed) == 2:
-					won.Add(1)
-				case errors.Is(err, account.ErrInvalidToken):
-				default:
-					t.Errorf("take confirmed: %+v, %v", tok, err)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
+		race(func(i int) {
+			if _, err := st.Confirm(ctx, id, "email-change", "n1", sides[i%2], now); err != nil && !errors.Is(err, account.ErrInvalidToken) {
+				t.Errorf("confirm: %v", err)
+				return
+			}
+			tok, err := st.TakeConfirmed(ctx, id, "email-change", "n1", sides, now)
+			switch {
+			case err == nil && len(tok.Confirmed) == 2:
+				won.Add(1)
+			case errors.Is(err, account.ErrInvalidToken):
+			default:
+				t.Errorf("take confirmed: %+v, %v", tok, err)
+			}
+		})
 		if n := won.Load(); n != 1 {
 			t.Fatalf("round %d: %d of 200 concurrent confirmations completed the change, want 1", round, n)
 		}
