@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,32 +13,9 @@ import (
 	"github.com/acme/platform/services/auth/internal/mongostore"
 	"github.com/acme/platform/services/auth/internal/password"
 	"github.com/acme/platform/services/auth/internal/usercache"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
-
-// commands records the commands a client sends, by name.
-type commands struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (c *commands) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		c.mu.Lock()
-		c.names = append(c.names, e.CommandName)
-		c.mu.Unlock()
-	}}
-}
-
-func (c *commands) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.names
-	c.names = nil
-	return out
-}
 
 // signInRoundTrips is the most database commands (round trips) one
 // successful password sign-in may send with the user in the cache: the
@@ -52,8 +28,8 @@ const signInRoundTrips = 3
 // commands, counted by the driver's command monitor.
 func TestSignInRoundTrips(t *testing.T) {
 	kit := testkit.Get(t)
-	var c commands
-	client, err := mongo.Connect(options.Client().ApplyURI(kit.MongoURL).SetMonitor(c.monitor()))
+	var c testkit.Commands
+	client, err := mongo.Connect(options.Client().ApplyURI(kit.MongoURL).SetMonitor(c.Monitor()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,14 +60,14 @@ func TestSignInRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.take()
+	c.Take()
 	const n = 5
 	for range n {
 		if _, _, _, err := svc.SignIn(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := c.take()
+	got := c.Take()
 	per := float64(len(got)) / n
 	t.Logf("%d sign-ins: %d commands (%.1f each): %v", n, len(got), per, got[:len(got)/n])
 	if per > signInRoundTrips {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/testkit"
 	"github.com/acme/platform/pkg/testkit/apptest"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 )
 
 // TestQuotaUnderManyParallelUploads: 200 uploads of one user race, through
@@ -83,31 +83,6 @@ func TestQuotaUnderManyParallelUploads(t *testing.T) {
 	})
 }
 
-// commandLog records the MongoDB commands the service sends.
-type commandLog struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (c *commandLog) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		c.mu.Lock()
-		c.names = append(c.names, e.CommandName)
-		c.mu.Unlock()
-	}}
-}
-
-// during returns the commands sent while f ran.
-func (c *commandLog) during(f func()) []string {
-	c.mu.Lock()
-	from := len(c.names)
-	c.mu.Unlock()
-	f()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.names[from:])
-}
-
 // TestUploadRoundTrips counts, with the driver's command monitor, the
 // database commands of an upload under a quota: the first of a user
 // (nothing cached: the account is read, and made from the records) and
@@ -115,11 +90,11 @@ func (c *commandLog) during(f func()) []string {
 // reservation left in the owner cache. That one sends two: the
 // reservation and the record's insert.
 func TestUploadRoundTrips(t *testing.T) {
-	cmds := &commandLog{}
-	h := start(t, map[string]string{"FILES_QUOTA": "1000000"}, hooks{mongoMonitor: cmds.monitor()})
+	cmds := &testkit.Commands{}
+	h := start(t, map[string]string{"FILES_QUOTA": "1000000"}, hooks{mongoMonitor: cmds.Monitor()})
 	alice := h.user("64b0000000000000000000a2")
 	upload := func(name string) []string {
-		return cmds.during(func() { h.uploadFile(alice, name, []byte(strings.Repeat(name, 100))) })
+		return cmds.During(func() { h.uploadFile(alice, name, []byte(strings.Repeat(name, 100))) })
 	}
 	cold := upload("first.txt")
 	t.Logf("first upload (cold): %d commands %v", len(cold), cold)
@@ -130,7 +105,7 @@ func TestUploadRoundTrips(t *testing.T) {
 	// The account cached is the one the reservation answered: the usage
 	// shows both uploads.
 	var u map[string]any
-	usage := cmds.during(func() {
+	usage := cmds.During(func() {
 		r := h.get("/me/usage", alice, nil)
 		wantStatus(t, r, http.StatusOK)
 		u = r.json(t)
@@ -145,7 +120,7 @@ func TestUploadRoundTrips(t *testing.T) {
 	// last, counting every upload.
 	const n = 8
 	results := make([]*response, n)
-	overlapping := cmds.during(func() {
+	overlapping := cmds.During(func() {
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
@@ -161,7 +136,7 @@ func TestUploadRoundTrips(t *testing.T) {
 	if want := slices.Concat(slices.Repeat([]string{"findAndModify"}, n), slices.Repeat([]string{"insert"}, n)); !slices.Equal(overlapping, want) {
 		t.Fatalf("%d uploads at once sent %v, want %v", n, overlapping, want)
 	}
-	usage = cmds.during(func() {
+	usage = cmds.During(func() {
 		r := h.get("/me/usage", alice, nil)
 		wantStatus(t, r, http.StatusOK)
 		u = r.json(t)
