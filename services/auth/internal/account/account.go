@@ -166,6 +166,10 @@ type ThrottleStore interface {
 	Check(ctx context.Context, keys []string) (map[string]time.Time, error)
 	// Reset forgets key's attempts and locks.
 	Reset(ctx context.Context, key string, now time.Time) error
+	// Succeed ends a successful attempt: tickets of keys other than reset
+	// are given back (Release), and reset's attempts and lock are
+	// forgotten (Reset), in as few round trips as the store can.
+	Succeed(ctx context.Context, reset string, tickets ...Ticket) error
 	// Forget removes attempts whose window ended by now, and keys with no
 	// attempt and no lock since before.
 	Forget(ctx context.Context, now, before time.Time) error

@@ -227,6 +227,13 @@ func (f *throttleStore) Reset(ctx context.Context, key string, _ time.Time) erro
 	return f.ResetFn(ctx, key)
 }
 
+func (f *throttleStore) Succeed(ctx context.Context, reset string, tks ...account.Ticket) error {
+	if err := f.Reset(ctx, reset, time.Time{}); err != nil {
+		return err
+	}
+	return f.Release(ctx, tks...)
+}
+
 func (f *throttleStore) Forget(ctx context.Context, now, before time.Time) error {
 	if f.ForgetFn == nil {
 		return nil

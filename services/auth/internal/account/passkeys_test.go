@@ -131,7 +131,10 @@ func (f *fakeThrottle) Check(_ context.Context, keys []string) (map[string]time.
 	}
 	return map[string]time.Time{}, nil
 }
-func (f *fakeThrottle) Reset(context.Context, string, time.Time) error     { return nil }
+func (f *fakeThrottle) Reset(context.Context, string, time.Time) error { return nil }
+func (f *fakeThrottle) Succeed(ctx context.Context, _ string, tks ...Ticket) error {
+	return f.Release(ctx, tks...)
+}
 func (f *fakeThrottle) Forget(context.Context, time.Time, time.Time) error { return nil }
 
 // failed lists the sign-in keys (account, address) whose tickets were

@@ -56,7 +56,7 @@ func (s *Service) release(ctx context.Context, a admission) {
 
 // succeeded ends a successful attempt: the key reset forgets its earlier
 // failures (unless the attempt was its only one), the others get their
-// ticket back; in one call when the store can (throttleSucceeder).
+// ticket back, in one call (ThrottleStore.Succeed).
 func (s *Service) succeeded(ctx context.Context, a admission, reset string) {
 	var rest admission
 	resetting := false
@@ -68,15 +68,10 @@ func (s *Service) succeeded(ctx context.Context, a admission, reset string) {
 		rest = append(rest, tk)
 	}
 	if resetting {
-		if st, ok := s.throttle.(throttleSucceeder); ok {
-			if err := st.Succeed(context.WithoutCancel(ctx), reset, rest...); err != nil {
-				s.log.WarnContext(ctx, "end throttled attempt", "err", err)
-			}
-			return
+		if err := s.throttle.Succeed(context.WithoutCancel(ctx), reset, rest...); err != nil {
+			s.log.WarnContext(ctx, "end throttled attempt", "err", err)
 		}
-		if err := s.throttleReset(ctx, reset); err != nil {
-			s.log.WarnContext(ctx, "reset throttle", "err", err)
-		}
+		return
 	}
 	s.release(ctx, rest)
 }
@@ -138,13 +133,6 @@ func (s *Service) releaseSlot(ctx context.Context, handle string) {
 // beginAddressKey is the throttle key of the sign-ins begun from a client
 // address: passkey ceremonies and provider flows together.
 func beginAddressKey(ip string) string { return "ceremony-" + addressKey(ip) }
-
-// throttleSucceeder is a ThrottleStore that ends a successful attempt in
-// one call: the tickets of keys other than reset given back, reset's
-// attempts and lock forgotten (Release and Reset in one).
-type throttleSucceeder interface {
-	Succeed(ctx context.Context, reset string, tickets ...Ticket) error
-}
 
 // throttleFail counts one attempt of each key under its rule, for actions
 // where every request counts (reset links, mails); *ThrottledError when a

@@ -207,6 +207,7 @@ func (memThrottle) Admit(_ context.Context, _ time.Time, reqs ...account.Throttl
 func (memThrottle) Release(context.Context, ...account.Ticket) error              { return nil }
 func (memThrottle) Check(context.Context, []string) (map[string]time.Time, error) { return nil, nil }
 func (memThrottle) Reset(context.Context, string, time.Time) error                { return nil }
+func (memThrottle) Succeed(context.Context, string, ...account.Ticket) error      { return nil }
 func (memThrottle) Forget(context.Context, time.Time, time.Time) error            { return nil }
 func (nopPub) Revoked(context.Context, account.Revocation)                        {}
 
