@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -17,8 +16,6 @@ import (
 
 	"github.com/acme/platform/pkg/embedded"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 const (
@@ -70,19 +67,8 @@ func otherCode(code string, i int) string {
 // past, in the platform's database.
 func expireSignInCode(t *testing.T, p any, address string) {
 	t.Helper()
-	ctx := context.Background()
-	l, ok := launched.Load(p)
-	if !ok {
-		t.Fatal("platform not registered")
-	}
-	servers := l.(launch).servers
-	client, err := mongo.Connect(options.Client().ApplyURI(servers.MongoURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(ctx)
 	sum := sha256.Sum256([]byte(strings.ToLower(address)))
-	res, err := client.Database(servers.MongoDB).Collection("account_tokens").UpdateOne(ctx,
+	res, err := platformDB(t, p).Collection("account_tokens").UpdateOne(context.Background(),
 		bson.M{"_id": "signin-email:" + hex.EncodeToString(sum[:16])}, bson.M{"$set": bson.M{"expiresAt": time.Now().Add(-time.Second).UTC()}})
 	if err != nil || res.MatchedCount != 1 {
 		t.Fatalf("expiring the code of %s: %v (matched %v)", address, err, res)
@@ -392,39 +378,20 @@ func TestEmailCodeSignIn(t *testing.T) {
 	})
 
 	t.Run("audit", func(t *testing.T) {
-		want := map[string]func(r map[string]any) bool{
-			"signin.email.requested": func(r map[string]any) bool { return r["targetEmail"] == "ada@example.com" },
-			"signin.email.failed":    func(r map[string]any) bool { return r["targetEmail"] == "guess@example.com" },
-			"signin.email.voided":    func(r map[string]any) bool { return r["targetEmail"] == "guess@example.com" },
-			"signin.succeeded": func(r map[string]any) bool {
+		want := map[string]func(_ string, r map[string]any) bool{
+			"signin.email.requested": func(_ string, r map[string]any) bool { return r["targetEmail"] == "ada@example.com" },
+			"signin.email.failed":    func(_ string, r map[string]any) bool { return r["targetEmail"] == "guess@example.com" },
+			"signin.email.voided":    func(_ string, r map[string]any) bool { return r["targetEmail"] == "guess@example.com" },
+			"signin.succeeded": func(_ string, r map[string]any) bool {
 				d, _ := r["detail"].(map[string]any)
 				return r["targetEmail"] == "lin@example.com" && d["method"] == "email-link"
 			},
-			"user.created": func(r map[string]any) bool {
+			"user.created": func(_ string, r map[string]any) bool {
 				d, _ := r["detail"].(map[string]any)
 				return r["targetEmail"] == "new@signup.example" && d["method"] == "email-code"
 			},
 		}
-		var bodies []string
-		deadline := time.Now().Add(30 * time.Second)
-		for len(want) > 0 {
-			bodies = bodies[:0]
-			for _, rec := range logsOf(t, admin.mustStatus(201, "GET", "/log/log/1/ACME-AUTH?limit=500", nil)) {
-				body, _ := rec["logBody"].(string)
-				bodies = append(bodies, body)
-				var r map[string]any
-				if json.Unmarshal([]byte(body), &r) != nil || r["audit"] != true {
-					continue
-				}
-				if ok := want[r["event"].(string)]; ok != nil && ok(r) {
-					delete(want, r["event"].(string))
-				}
-			}
-			if len(want) > 0 && time.Now().After(deadline) {
-				t.Fatalf("audit events missing: %v", want)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		bodies := awaitAuditEvents(t, admin, want, nil)
 		// No code or token in the logs or the trail.
 		all := logs.String() + strings.Join(bodies, "\n")
 		if codeLinkInMail.MatchString(all) {

@@ -8,9 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
-	"time"
 )
 
 // TestHostileInvisibleCharacters: invisible and format characters in a
@@ -73,28 +71,11 @@ func TestHostileInvisibleCharacters(t *testing.T) {
 		t.Fatalf("sessions show the user agents %q, want [%q]", agents, cleanUA)
 	}
 	rootID := before.(map[string]any)["id"].(string)
-	var bodies []string
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		found := false
-		bodies = bodies[:0]
-		for _, rec := range logsOf(t, admin.mustStatus(201, "GET", "/log/log/1/ACME-AUTH?limit=500", nil)) {
-			body, _ := rec["logBody"].(string)
-			bodies = append(bodies, body)
-			var r map[string]any
-			if json.Unmarshal([]byte(body), &r) != nil || r["audit"] != true || r["event"] != "signin.succeeded" || r["actor"] != rootID {
-				continue
-			}
-			if r["userAgent"] != cleanUA {
-				t.Fatalf("the audit trail shows the user agent %q, want %q", r["userAgent"], cleanUA)
-			}
-			found = true
+	awaitAuditEvents(t, admin, map[string]func(string, map[string]any) bool{
+		"signin.succeeded": func(_ string, r map[string]any) bool { return r["actor"] == rootID },
+	}, func(_ string, _, r map[string]any) {
+		if r["event"] == "signin.succeeded" && r["actor"] == rootID && r["userAgent"] != cleanUA {
+			t.Fatalf("the audit trail shows the user agent %q, want %q", r["userAgent"], cleanUA)
 		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no sign-in of %s in the audit trail:\n%s", rootID, strings.Join(bodies, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	})
 }

@@ -134,25 +134,33 @@ func TestHostileAnonymousCeremonyFlood(t *testing.T) {
 // after.
 func storedTokens(t *testing.T, p *stack.Platform) func() int64 {
 	t.Helper()
-	l, ok := launched.Load(p)
-	if !ok {
-		t.Fatal("platform not registered")
-	}
-	servers := l.(launch).servers
-	ctx := context.Background()
-	mc, err := mongo.Connect(options.Client().ApplyURI(servers.MongoURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
-	tokens := mc.Database(servers.MongoDB).Collection("account_tokens")
-	testkit.AllowScan(servers.MongoDB, "account_tokens", "{}") // this test's own count
+	db := platformDB(t, p)
+	tokens := db.Collection("account_tokens")
+	testkit.AllowScan(db.Name(), "account_tokens", "{}") // this test's own count
 	return func() int64 {
 		t.Helper()
-		n, err := tokens.EstimatedDocumentCount(ctx)
+		n, err := tokens.EstimatedDocumentCount(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
+}
+
+// platformDB is the database of platform p (started by platform or a
+// variant of it), through a client of the test's own, closed when the
+// test ends: for a test that sets or counts what the API does not show.
+func platformDB(t *testing.T, p any) *mongo.Database {
+	t.Helper()
+	l, ok := launched.Load(p)
+	if !ok {
+		t.Fatal("platform not registered")
+	}
+	servers := l.(launch).servers
+	mc, err := mongo.Connect(options.Client().ApplyURI(servers.MongoURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
+	return mc.Database(servers.MongoDB)
 }

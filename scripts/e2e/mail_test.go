@@ -155,36 +155,18 @@ func TestPasswordResetByMail(t *testing.T) {
 	// The audit trail: ACME-AUTH records of type log, read by the admin
 	// through the gateway once the logs service has ingested them.
 	adminID := admin.mustStatus(200, "GET", "/me", nil)["user"].(map[string]any)["id"].(string)
-	want := map[string]func(r map[string]any) bool{
-		"user.created":             func(r map[string]any) bool { return r["actor"] == adminID && r["target"] == adaID },
-		"signin.succeeded":         func(r map[string]any) bool { return r["actor"] == adaID && r["clientIp"] != "" },
-		"signin.failed":            func(r map[string]any) bool { return r["targetEmail"] == "ada@example.com" && r["actor"] == nil },
-		"password.reset_requested": func(r map[string]any) bool { return r["target"] == adaID },
-		"password.reset":           func(r map[string]any) bool { return r["target"] == adaID && r["requestId"] != "" },
+	want := map[string]func(_ string, r map[string]any) bool{
+		"user.created":             func(_ string, r map[string]any) bool { return r["actor"] == adminID && r["target"] == adaID },
+		"signin.succeeded":         func(_ string, r map[string]any) bool { return r["actor"] == adaID && r["clientIp"] != "" },
+		"signin.failed":            func(_ string, r map[string]any) bool { return r["targetEmail"] == "ada@example.com" && r["actor"] == nil },
+		"password.reset_requested": func(_ string, r map[string]any) bool { return r["target"] == adaID },
+		"password.reset":           func(_ string, r map[string]any) bool { return r["target"] == adaID && r["requestId"] != "" },
 	}
-	var bodies []string
-	deadline := time.Now().Add(30 * time.Second)
-	for len(want) > 0 {
-		bodies = bodies[:0]
-		for _, rec := range logsOf(t, admin.mustStatus(201, "GET", "/log/log/1/ACME-AUTH?limit=500", nil)) {
-			body, _ := rec["logBody"].(string)
-			bodies = append(bodies, body)
-			var r map[string]any
-			if json.Unmarshal([]byte(body), &r) != nil || r["audit"] != true {
-				continue
-			}
-			if r["requestId"] != rec["metricsId"] {
-				t.Fatalf("record %v: metricsId is not the request id", rec)
-			}
-			if ok := want[r["event"].(string)]; ok != nil && ok(r) {
-				delete(want, r["event"].(string))
-			}
+	bodies := awaitAuditEvents(t, admin, want, func(_ string, rec, r map[string]any) {
+		if r != nil && r["requestId"] != rec["metricsId"] {
+			t.Fatalf("record %v: metricsId is not the request id", rec)
 		}
-		if len(want) > 0 && time.Now().After(deadline) {
-			t.Fatalf("audit events missing: %v; records:\n%s", want, strings.Join(bodies, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	})
 	for _, secret := range []string{token, first, second, "new secret phrase", "another phrase 2", "correct horse battery"} {
 		if strings.Contains(logs.String(), secret) || strings.Contains(strings.Join(bodies, "\n"), secret) {
 			t.Fatal("a secret appears in the services' logs or the audit trail")
@@ -276,4 +258,41 @@ func TestEmailVerificationByMail(t *testing.T) {
 		t.Fatalf("after both confirmations: %v", me)
 	}
 	newClient(t, p.GatewayURL).mustStatus(200, "POST", "/signin", map[string]string{"email": "rear.admiral@example.com", "password": "correct horse battery"})
+}
+
+// awaitAuditEvents reads auth's audit trail (its ACME-AUTH records, as the
+// administrator admin through the gateway) until every event of want has
+// an audit record its check accepts (given the record's body and its
+// parsed fields), for 30 s at most, and returns the bodies of the records
+// it read last. each, when set, is run on every record read, r nil for
+// one that is not an audit record.
+func awaitAuditEvents(t *testing.T, admin *client, want map[string]func(body string, r map[string]any) bool, each func(body string, rec, r map[string]any)) []string {
+	t.Helper()
+	var bodies []string
+	deadline := time.Now().Add(30 * time.Second)
+	for len(want) > 0 {
+		bodies = bodies[:0]
+		for _, rec := range logsOf(t, admin.mustStatus(201, "GET", "/log/log/1/ACME-AUTH?limit=500", nil)) {
+			body, _ := rec["logBody"].(string)
+			bodies = append(bodies, body)
+			var r map[string]any
+			if json.Unmarshal([]byte(body), &r) != nil || r["audit"] != true {
+				r = nil
+			}
+			if each != nil {
+				each(body, rec, r)
+			}
+			if r == nil {
+				continue
+			}
+			if ok := want[r["event"].(string)]; ok != nil && ok(body, r) {
+				delete(want, r["event"].(string))
+			}
+		}
+		if len(want) > 0 && time.Now().After(deadline) {
+			t.Fatalf("audit events missing: %v; records:\n%s", want, strings.Join(bodies, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return bodies
 }

@@ -17,8 +17,6 @@ import (
 	"github.com/acme/platform/pkg/identity"
 	"github.com/golang-jwt/jwt/v5"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Who calls, in the authorization matrix.
@@ -362,18 +360,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 // time would.
 func expireSession(ctx context.Context, t *testing.T, p interface{}, cookie string) {
 	t.Helper()
-	l, ok := launched.Load(p)
-	if !ok {
-		t.Fatal("platform not registered")
-	}
-	servers := l.(launch).servers
-	client, err := mongo.Connect(options.Client().ApplyURI(servers.MongoURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(ctx)
 	sum := sha256.Sum256([]byte(cookie))
-	res, err := client.Database(servers.MongoDB).Collection("sessions").UpdateOne(ctx,
+	res, err := platformDB(t, p).Collection("sessions").UpdateOne(ctx,
 		bson.M{"_id": hex.EncodeToString(sum[:])}, bson.M{"$set": bson.M{"expiresAt": time.Now().Add(-time.Minute).UTC()}})
 	if err != nil || res.MatchedCount != 1 {
 		t.Fatalf("expiring the session: %v (matched %v)", err, res)

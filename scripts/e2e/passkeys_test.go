@@ -82,34 +82,22 @@ func passkeysOf(t *testing.T, c *client) []map[string]any {
 // record contains a string of never.
 func awaitAudit(t *testing.T, admin *client, event string, with, never []string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		found := false
-		for _, rec := range logsOf(t, admin.mustStatus(201, "GET", "/log/log/1/ACME-AUTH?limit=500", nil)) {
-			b, _ := rec["logBody"].(string)
-			for _, s := range never {
-				if strings.Contains(b, s) {
-					t.Fatalf("the audit trail shows %q: %s", s, b)
+	awaitAuditEvents(t, admin, map[string]func(string, map[string]any) bool{
+		event: func(body string, _ map[string]any) bool {
+			for _, s := range with {
+				if !strings.Contains(body, s) {
+					return false
 				}
 			}
-			var r map[string]any
-			if json.Unmarshal([]byte(b), &r) != nil || r["audit"] != true || r["event"] != event {
-				continue
+			return true
+		},
+	}, func(body string, _, _ map[string]any) {
+		for _, s := range never {
+			if strings.Contains(body, s) {
+				t.Fatalf("the audit trail shows %q: %s", s, body)
 			}
-			all := true
-			for _, s := range with {
-				all = all && strings.Contains(b, s)
-			}
-			found = found || all
 		}
-		if found {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s event with %v in the audit trail", event, with)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	})
 }
 
 func TestPasskeyCeremonies(t *testing.T) {
