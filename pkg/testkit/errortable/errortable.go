@@ -1,4 +1,5 @@
-// Package errortable helps the services' error-map tests: it reads a
+// Package errortable helps the tests that hold a table to a package's
+// declarations, first the services' error-map tests: it reads a
 // package's source for the errors it exports and an error table's source
 // for the names it maps, so a test can fail on an exported error without a
 // row (services/*/internal/httpapi/errors_test.go).
@@ -14,15 +15,15 @@ import (
 	"testing"
 )
 
-// ExportedErrors lists the exported Err* variables and the exported types
-// with an Error method declared in the non-test Go files of dir.
-func ExportedErrors(t testing.TB, dir string) []string {
+// Sources parses the non-test Go files of dir, for a test that reads what
+// a package declares.
+func Sources(t testing.TB, dir string) []*ast.File {
 	t.Helper()
 	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	var files []*ast.File
 	fset := token.NewFileSet()
 	for _, p := range paths {
 		if strings.HasSuffix(p, "_test.go") {
@@ -32,6 +33,17 @@ func ExportedErrors(t testing.TB, dir string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		files = append(files, f)
+	}
+	return files
+}
+
+// ExportedErrors lists the exported Err* variables and the exported types
+// with an Error method declared in the non-test Go files of dir.
+func ExportedErrors(t testing.TB, dir string) []string {
+	t.Helper()
+	var names []string
+	for _, f := range Sources(t, dir) {
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.GenDecl:
