@@ -252,30 +252,7 @@ func benchSmallDownloads(e *env, mc *minio.Client, rawBucket string, auth map[st
 	ctx := e.ctx
 	c := httpClient(2 * workers)
 	upload := func() (string, error) {
-		body, ct := streamForm("small.bin", genReader(size))
-		req, err := http.NewRequestWithContext(ctx, "POST", e.p.GatewayURL+"/upload/file", body)
-		if err != nil {
-			return "", err
-		}
-		req.Header.Set("Content-Type", ct)
-		for k, v := range auth {
-			req.Header.Set(k, v)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return "", fmt.Errorf("upload 1 MiB: %w", err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var up struct {
-			File struct {
-				ID string `json:"id"`
-			} `json:"file"`
-		}
-		if resp.StatusCode != 201 || json.Unmarshal(raw, &up) != nil || up.File.ID == "" {
-			return "", fmt.Errorf("upload 1 MiB: %d %s", resp.StatusCode, raw)
-		}
-		return up.File.ID, nil
+		return uploadThrough(e, c, auth, "small.bin", genReader(size))
 	}
 	hot, err := upload()
 	if err != nil {
@@ -439,4 +416,33 @@ func download(ctx context.Context, c *http.Client, url string, hdr map[string]st
 		return fmt.Errorf("download %s: %d, %d bytes of %d, %v", url, resp.StatusCode, n, size, err)
 	}
 	return nil
+}
+
+// uploadThrough uploads src as one file through the gateway with the
+// headers auth (the session) and returns the new file's id.
+func uploadThrough(e *env, c *http.Client, auth map[string]string, name string, src io.Reader) (string, error) {
+	body, ct := streamForm(name, src)
+	req, err := http.NewRequestWithContext(e.ctx, "POST", e.p.GatewayURL+"/upload/file", body)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", ct)
+	for k, v := range auth {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("upload %s: %w", name, err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var up struct {
+		File struct {
+			ID string `json:"id"`
+		} `json:"file"`
+	}
+	if resp.StatusCode != 201 || json.Unmarshal(raw, &up) != nil || up.File.ID == "" {
+		return "", fmt.Errorf("upload %s: %d %s", name, resp.StatusCode, raw)
+	}
+	return up.File.ID, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,28 +30,11 @@ func benchTextDownloads(e *env) error {
 	}
 	auth := map[string]string{"Cookie": "sessionId=" + cookie}
 	c := httpClient(2)
-	body, ct := streamForm("notes.txt", bytes.NewReader(text))
-	req, err := http.NewRequestWithContext(e.ctx, "POST", e.p.GatewayURL+"/upload/file", body)
+	id, err := uploadThrough(e, c, auth, "notes.txt", bytes.NewReader(text))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", ct)
-	req.Header.Set("Cookie", auth["Cookie"])
-	resp, err := c.Do(req)
-	if err != nil {
-		return fmt.Errorf("upload 4 KiB text: %w", err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var up struct {
-		File struct {
-			ID string `json:"id"`
-		} `json:"file"`
-	}
-	if resp.StatusCode != 201 || json.Unmarshal(raw, &up) != nil || up.File.ID == "" {
-		return fmt.Errorf("upload 4 KiB text: %d %s", resp.StatusCode, raw)
-	}
-	url := e.p.GatewayURL + "/download/file/" + up.File.ID
+	url := e.p.GatewayURL + "/download/file/" + id
 	gzipHdr := map[string]string{"Cookie": auth["Cookie"], "Accept-Encoding": "gzip"}
 	get := func(hdr map[string]string, encoding string) func(int) error {
 		return func(int) error {
