@@ -147,18 +147,8 @@ func (s *Service) confirmChange(ctx context.Context, cur User, change, side stri
 	if NormalizeEmail(string(p.Data)) != NormalizeEmail(cur.Email) {
 		return User{}, false, ErrInvalidToken // the account's address changed since the request
 	}
-	yes := true
-	u, err := s.users.Update(ctx, cur.ID, UserPatch{Email: &p.Email, EmailVerified: &yes}, s.now())
-	if err != nil {
-		s.userWriteFailed(ctx, cur.ID, err)
-		if errors.Is(err, ErrUserNotFound) {
-			return User{}, false, ErrInvalidToken
-		}
-		return User{}, false, err
-	}
-	s.revoke(ctx, Revocation{Users: []string{u.ID}})
-	s.event(ctx, Event{Type: EventEmailChanged, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c, Detail: map[string]any{"from": cur.Email}})
-	return u, true, nil
+	u, err := s.setVerifiedAddress(ctx, cur, p.Email, c)
+	return u, err == nil, err
 }
 
 // notifyEmailChange tells u's current address that newEmail was asked for

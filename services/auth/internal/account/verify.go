@@ -67,19 +67,28 @@ func (s *Service) VerifyEmail(ctx context.Context, secret string, c Client) (Use
 	if tok.Change != "" {
 		return s.confirmChange(ctx, cur, tok.Change, ChangeSideNew, c)
 	}
+	u, err := s.setVerifiedAddress(ctx, cur, tok.Email, c)
+	return u, err == nil, err
+}
+
+// setVerifiedAddress makes email, which a mailed link proved, cur's
+// verified address: the user's cached views end on every replica, and the
+// trail records a change of address, or the verification of the one cur
+// has. ErrInvalidToken when the user is gone.
+func (s *Service) setVerifiedAddress(ctx context.Context, cur User, email string, c Client) (User, error) {
 	yes := true
 	up := UserPatch{EmailVerified: &yes}
-	changed := NormalizeEmail(cur.Email) != NormalizeEmail(tok.Email) || cur.Email != tok.Email
+	changed := cur.Email != email
 	if changed {
-		up.Email = &tok.Email
+		up.Email = &email
 	}
 	u, err := s.users.Update(ctx, cur.ID, up, s.now())
 	if err != nil {
 		s.userWriteFailed(ctx, cur.ID, err)
 		if errors.Is(err, ErrUserNotFound) {
-			return User{}, false, ErrInvalidToken
+			return User{}, ErrInvalidToken
 		}
-		return User{}, false, err
+		return User{}, err
 	}
 	s.revoke(ctx, Revocation{Users: []string{u.ID}})
 	if changed {
@@ -87,5 +96,5 @@ func (s *Service) VerifyEmail(ctx context.Context, secret string, c Client) (Use
 	} else {
 		s.event(ctx, Event{Type: EventEmailVerified, Actor: u.ID, Target: u.ID, TargetEmail: u.Email, Client: c})
 	}
-	return u, true, nil
+	return u, nil
 }
