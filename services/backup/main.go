@@ -147,18 +147,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
-	where := func() (backup.Target, error) {
-		if fs.NArg() != 1 {
-			return nil, fmt.Errorf("%s needs one place (a directory or s3://bucket/prefix)\n%s", cmd, usage)
-		}
-		return backup.OpenTarget(fs.Arg(0), s.login)
+	switch cmd {
+	case "schedule":
+		return schedule(ctx, s, stdout)
+	case "backup", "restore", "verify", "list", "dev-secrets":
+	default:
+		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%s needs one place (a directory or s3://bucket/prefix)\n%s", cmd, usage)
+	}
+	t, err := backup.OpenTarget(fs.Arg(0), s.login)
+	if err != nil {
+		return err
 	}
 	switch cmd {
 	case "backup":
-		t, err := where()
-		if err != nil {
-			return err
-		}
 		p, done, err := s.platform(ctx)
 		if err != nil {
 			return err
@@ -177,10 +181,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		printSummary(stdout, t.String(), m)
 		return nil
 	case "restore":
-		t, err := where()
-		if err != nil {
-			return err
-		}
 		p, done, err := s.platform(ctx)
 		if err != nil {
 			return err
@@ -194,10 +194,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		printSummary(stdout, t.String(), m)
 		return nil
 	case "verify":
-		t, err := where()
-		if err != nil {
-			return err
-		}
 		rep, err := backup.VerifyBackup(ctx, t, s.keys, s.workers)
 		if err != nil {
 			return err
@@ -222,18 +218,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		fmt.Fprintf(stdout, "verified %s: %s\n", t, what)
 		return nil
 	case "list":
-		t, err := where()
-		if err != nil {
-			return err
-		}
 		return list(ctx, stdout, t, s.keys)
-	case "schedule":
-		return schedule(ctx, s, stdout)
 	case "dev-secrets":
-		t, err := where()
-		if err != nil {
-			return err
-		}
 		b, err := backup.ReadDevSecrets(ctx, t, s.keys)
 		if err != nil {
 			return err
@@ -241,7 +227,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		_, err = stdout.Write(b)
 		return err
 	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	return nil
 }
 
 func printSummary(w io.Writer, where string, m *backup.Manifest) {
