@@ -94,6 +94,42 @@ func wantSignedIn(t *testing.T, c *client, email string) map[string]any {
 	return u
 }
 
+// TestEmailSignInTurnedOff: with mail on, AUTH_EMAIL_SIGNIN=false turns
+// the method off: the console is told it is off (GET /signin/email, which
+// decides whether the sign-in page offers it), its routes answer 503
+// email_signin_disabled, and no code is mailed.
+func TestEmailSignInTurnedOff(t *testing.T) {
+	mc, env := mailCatcher(t, map[string]string{"AUTH_EMAIL_SIGNIN": "false"})
+	p, sec, _ := platform(t, env)
+	admin := newClient(t, p.GatewayURL)
+	admin.mustStatus(200, "POST", "/signin", map[string]string{"email": sec.AdminEmail, "password": sec.AdminPassword})
+	admin.mustStatus(201, "POST", "/users", map[string]any{"email": "off@example.com", "password": "correct horse battery", "fullName": "Off", "edv": "E"})
+	anon := newClient(t, p.GatewayURL)
+	if s := anon.mustStatus(200, "GET", "/signin/email", nil); s["enabled"] != false {
+		t.Fatalf("GET /signin/email with the method off: %v", s)
+	}
+	for _, tc := range []struct {
+		path string
+		body map[string]string
+	}{
+		{"/signin/email", map[string]string{"email": "off@example.com"}},
+		{"/signin/email/verify", map[string]string{"email": "off@example.com", "code": "123456"}},
+	} {
+		if got, m, _ := anon.do("POST", tc.path, tc.body); got != 503 || m["code"] != "email_signin_disabled" {
+			t.Fatalf("POST %s with the method off: %d %v, want 503 email_signin_disabled", tc.path, got, m)
+		}
+	}
+	list, err := mc.To(context.Background(), "off@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range list {
+		if m.Subject != "Confirm your e-mail address" { // the account's own verification link
+			t.Fatalf("a mail to off@example.com with the method off: %q", m.Subject)
+		}
+	}
+}
+
 // TestEmailCodeSignIn: every rule of sign-in by mailed code, each refusal
 // as its own subtest, on one platform. The client-address throttles are
 // raised (every request comes from 127.0.0.1); the per-account ones are
